@@ -1,0 +1,230 @@
+"""The lousho error tree. Every error raised by lousho derives from :class:`LoushoError`.
+
+::
+
+    LoushoError (.code)
+    ├── InvalidInputError (TypeError)          the developer passed a bad input
+    ├── InvalidSessionIdError (ValueError)     a session id breaks ^[A-Za-z0-9_-]{1,128}$
+    ├── ConfigError (ValueError)               a missing key, an unknown model, no price
+    ├── SessionBusyError                       a turn is running (reject policy, clear, compact)
+    ├── SessionAwaitingApprovalError           a turn waits on a human (.approval_id)
+    ├── AbortedError                           a signal was aborted
+    ├── PropagatingToolError                   raised by a tool to end the turn
+    ├── ProviderError                          the model provider failed (.status, .retryable)
+    │   └── RateLimitedError                   429
+    ├── StoreError (.path / .address, .session_id)
+    │   ├── StoreUnavailableError
+    │   ├── StoreClosedError
+    │   ├── StoreCorruptError
+    │   ├── StoreTooNewError
+    │   └── StoreConflictError
+    ├── ApprovalAlreadyResolvedError
+    └── ApprovalNotFoundError (KeyError)
+
+Codes (``.code``) are stable public API.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AbortedError",
+    "ApprovalAlreadyResolvedError",
+    "ApprovalNotFoundError",
+    "ConfigError",
+    "InvalidInputError",
+    "InvalidSessionIdError",
+    "LoushoError",
+    "PropagatingToolError",
+    "ProviderError",
+    "RateLimitedError",
+    "SessionAwaitingApprovalError",
+    "SessionBusyError",
+    "StoreClosedError",
+    "StoreConflictError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreTooNewError",
+    "StoreUnavailableError",
+]
+
+
+class LoushoError(Exception):
+    """Root of every lousho error; ``code`` is a stable string."""
+
+    code: str = "LOUSHO_ERROR"
+
+
+class InvalidInputError(LoushoError, TypeError):
+    """An input to ``send()``/``stream()`` or a message field has the wrong type."""
+
+    code = "LOUSHO_INVALID_INPUT"
+
+
+class InvalidSessionIdError(LoushoError, ValueError):
+    """A session id does not match ``^[A-Za-z0-9_-]{1,128}$``."""
+
+    code = "LOUSHO_INVALID_SESSION_ID"
+
+    def __init__(self, message: str, *, session_id: object = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class ConfigError(LoushoError, ValueError):
+    """The agent or a provider is misconfigured (missing key, unknown model, no price)."""
+
+    code = "LOUSHO_CONFIG"
+
+
+class SessionBusyError(LoushoError):
+    """A turn is running on the session."""
+
+    code = "LOUSHO_SESSION_BUSY"
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class SessionAwaitingApprovalError(LoushoError):
+    """A turn of the session is paused on an approval; resolve or discard it first."""
+
+    code = "LOUSHO_SESSION_AWAITING_APPROVAL"
+
+    def __init__(
+        self, message: str, *, approval_id: str | None, session_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+        self.session_id = session_id
+
+
+class AbortedError(LoushoError):
+    """The operation was aborted through its signal; ``reason`` is the abort reason."""
+
+    code = "LOUSHO_ABORTED"
+
+    def __init__(self, message: str = "aborted", *, reason: object = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PropagatingToolError(LoushoError):
+    """Raised by a tool to end the turn and propagate to the caller (not fed to the model)."""
+
+    code = "LOUSHO_TOOL_PROPAGATED"
+
+
+class ProviderError(LoushoError):
+    """The model provider failed.
+
+    ``status`` is the HTTP status (or None), ``error_type`` the provider's error type,
+    ``retryable`` whether trying again may succeed, ``provider`` the provider's name.
+    """
+
+    code = "LOUSHO_PROVIDER_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_type: str | None = None,
+        retryable: bool = False,
+        provider: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.retryable = retryable
+        self.provider = provider
+
+
+class RateLimitedError(ProviderError):
+    """The provider answered 429 after every retry."""
+
+
+class StoreError(LoushoError):
+    """A store failed; ``path`` or ``address`` says where, ``session_id`` for what."""
+
+    code = "LOUSHO_STORE_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        address: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.address = address
+        self.session_id = session_id
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached (disk, database or server)."""
+
+    code = "LOUSHO_STORE_UNAVAILABLE"
+
+
+class StoreClosedError(StoreError):
+    """The store was used after ``close()``."""
+
+    code = "LOUSHO_STORE_CLOSED"
+
+
+class StoreCorruptError(StoreError):
+    """Stored data cannot be read; it is left as it was."""
+
+    code = "LOUSHO_STORE_CORRUPT"
+
+
+class StoreTooNewError(StoreError):
+    """The store was written by a newer release of lousho."""
+
+    code = "LOUSHO_STORE_TOO_NEW"
+
+
+class StoreConflictError(StoreError):
+    """An append found a different transcript length than expected (another writer)."""
+
+    code = "LOUSHO_STORE_CONFLICT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected_length: int | None = None,
+        actual_length: int | None = None,
+        path: str | None = None,
+        address: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, address=address, session_id=session_id)
+        self.expected_length = expected_length
+        self.actual_length = actual_length
+
+
+class ApprovalAlreadyResolvedError(LoushoError):
+    """The approval was already resolved (by this or another caller)."""
+
+    code = "LOUSHO_APPROVAL_RESOLVED"
+
+    def __init__(self, message: str, *, approval_id: str | None = None) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+
+
+class ApprovalNotFoundError(LoushoError, KeyError):
+    """No approval has this id."""
+
+    code = "LOUSHO_APPROVAL_NOT_FOUND"
+
+    def __init__(self, message: str, *, approval_id: str | None = None) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

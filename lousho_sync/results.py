@@ -1,0 +1,51 @@
+"""Results of a turn: :class:`ExecutionResult`, :class:`PendingTurn`, :class:`PruneResult`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from .messages import Message, Usage
+
+__all__ = ["ExecutionResult", "FinishReason", "PendingTurn", "PruneResult"]
+
+FinishReason = Literal["stop", "length", "aborted", "awaiting-approval", "limit", "error"]
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ExecutionResult:
+    """What one turn produced.
+
+    ``messages`` are the messages this turn added (user message first); ``usage`` is summed
+    over the turn; ``steps`` counts model calls; ``approval_id``/``approval_ids`` name the
+    pending approvals when ``finish_reason == "awaiting-approval"``; ``exceeded`` names the
+    limit when ``finish_reason == "limit"``.
+    """
+
+    text: str
+    finish_reason: str
+    messages: tuple[Message, ...]
+    usage: Usage
+    steps: int
+    run_id: str
+    approval_id: str | None = None
+    approval_ids: tuple[str, ...] = ()
+    exceeded: str | None = None
+
+
+@attrs.frozen(slots=True)
+class PendingTurn:
+    """An unfinished turn of a session: ``"interrupted"`` or ``"awaiting-approval"``."""
+
+    status: Literal["interrupted", "awaiting-approval"]
+    approval_id: str | None = None
+
+
+@attrs.frozen(slots=True)
+class PruneResult:
+    """How many sessions, checkpoints and approvals ``prune()`` deleted."""
+
+    sessions: int = 0
+    checkpoints: int = 0
+    approvals: int = 0

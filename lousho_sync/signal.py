@@ -1,0 +1,118 @@
+"""Cancellation: :class:`AbortController` and :class:`Signal`.
+
+A signal can be aborted from any thread; it carries the reason and runs its callbacks once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from .errors import AbortedError
+
+__all__ = ["AbortController", "Signal"]
+
+_log = logging.getLogger(__name__)
+
+
+class Signal:
+    """Read side of an abort: ``aborted``, ``reason``, ``wait()``, callbacks.
+
+    Thread-safe: one lock guards the state and the callback list; callbacks run outside it,
+    in the aborting thread (or at once in the registering thread if already aborted).
+    """
+
+    __slots__ = ("__weakref__", "_callbacks", "_event", "_lock", "_reason")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._reason: object = None
+        self._callbacks: list[Callable[[], object]] = []
+
+    @property
+    def aborted(self) -> bool:
+        """True once aborted."""
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> object:
+        """What was passed to ``abort()`` (None until then)."""
+        return self._reason
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until aborted or ``timeout`` seconds pass; returns ``aborted``."""
+        return self._event.wait(timeout)
+
+    def raise_if_aborted(self) -> None:
+        """Raise :class:`AbortedError` if aborted."""
+        if self._event.is_set():
+            raise AbortedError(f"aborted: {self._reason}", reason=self._reason)
+
+    def add_callback(self, fn: Callable[[], object]) -> Callable[[], None]:
+        """Run ``fn`` once on abort (now, if already aborted). Returns a remover."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+
+                def remove() -> None:
+                    with self._lock:
+                        try:
+                            self._callbacks.remove(fn)
+                        except ValueError:
+                            pass
+
+                return remove
+        _run_callback(fn)
+        return _noop
+
+    def _abort(self, reason: object) -> bool:
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._reason = reason
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            _run_callback(fn)
+        return True
+
+    def _child(self) -> AbortController:
+        """A controller whose signal also aborts when this one does."""
+        child = AbortController()
+        remove = self.add_callback(lambda: child.abort(self._reason))
+        child.signal.add_callback(remove)
+        return child
+
+    def __repr__(self) -> str:
+        state = f"aborted reason={self._reason!r}" if self.aborted else "active"
+        return f"<Signal {state}>"
+
+
+def _noop() -> None:
+    return None
+
+
+def _run_callback(fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception:
+        _log.warning("abort callback %r raised", fn, exc_info=True)
+
+
+class AbortController:
+    """Owns a :class:`Signal`; ``abort(reason)`` aborts it (idempotent, any thread)."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self) -> None:
+        self.signal = Signal()
+
+    def abort(self, reason: object = None) -> bool:
+        """Abort the signal. Returns False if it was already aborted."""
+        return self.signal._abort("aborted" if reason is None else reason)
+
+    def __repr__(self) -> str:
+        return f"<AbortController {self.signal!r}>"
+
