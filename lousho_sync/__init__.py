@@ -1,0 +1,166 @@
+"""lousho: agents whose conversations survive.
+
+The blocking core. ``SqliteStore`` lives in :mod:`lousho_sync.sqlite` and ``RedisStore`` in
+:mod:`lousho_sync.redis`; importing this package imports neither sqlite3 nor redis.
+"""
+
+from .agent import Agent, Approvals, create_agent
+from .compaction import Compaction
+from .errors import (
+    AbortedError,
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    ConfigError,
+    InvalidInputError,
+    InvalidSessionIdError,
+    LoushoError,
+    PropagatingToolError,
+    ProviderError,
+    RateLimitedError,
+    SessionAwaitingApprovalError,
+    SessionBusyError,
+    StoreClosedError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreError,
+    StoreTooNewError,
+    StoreUnavailableError,
+)
+from .events import (
+    ApprovalRequested,
+    CompactionDone,
+    CompactionStart,
+    ContextCleared,
+    Event,
+    InputApplied,
+    InputQueued,
+    RunDone,
+    RunEvent,
+    RunFailed,
+    RunStart,
+    SessionEvent,
+    StepStart,
+    TextDelta,
+    ToolCallStart,
+    ToolResultEvent,
+    UsageEvent,
+)
+from .executor import AgentExecutor
+from .limits import Limits, Price
+from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
+from .providers.base import (
+    ModelDone,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ModelToolCallDelta,
+    Provider,
+    ToolSpec,
+)
+from .providers.scripted import ScriptedProvider, Step
+from .results import ExecutionResult, PendingTurn, PruneResult
+from .run import AgentRun
+from .session import Session, TurnPolicy
+from .signal import AbortController, Signal
+from .stores.base import (
+    AgentStore,
+    ApprovalRecord,
+    ApprovalStore,
+    Checkpoint,
+    CheckpointStore,
+    SessionStore,
+    StorageService,
+)
+from .stores.memory import (
+    InMemoryApprovalStore,
+    MemoryCheckpointStore,
+    MemorySessionStore,
+    memory_store,
+)
+from .tools import Tool, ToolContext, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AbortController",
+    "AbortedError",
+    "Agent",
+    "AgentExecutor",
+    "AgentRun",
+    "AgentStore",
+    "ApprovalAlreadyResolvedError",
+    "ApprovalNotFoundError",
+    "ApprovalRecord",
+    "ApprovalRequested",
+    "ApprovalStore",
+    "Approvals",
+    "Checkpoint",
+    "CheckpointStore",
+    "Compaction",
+    "CompactionDone",
+    "CompactionStart",
+    "ConfigError",
+    "ContextCleared",
+    "Event",
+    "ExecutionResult",
+    "FilePart",
+    "ImagePart",
+    "InMemoryApprovalStore",
+    "InputApplied",
+    "InputQueued",
+    "InvalidInputError",
+    "InvalidSessionIdError",
+    "Limits",
+    "LoushoError",
+    "MemoryCheckpointStore",
+    "MemorySessionStore",
+    "Message",
+    "ModelDone",
+    "ModelEvent",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelTextDelta",
+    "ModelToolCallDelta",
+    "PendingTurn",
+    "Price",
+    "PropagatingToolError",
+    "Provider",
+    "ProviderError",
+    "PruneResult",
+    "RateLimitedError",
+    "RunDone",
+    "RunEvent",
+    "RunFailed",
+    "RunStart",
+    "ScriptedProvider",
+    "Session",
+    "SessionAwaitingApprovalError",
+    "SessionBusyError",
+    "SessionEvent",
+    "SessionStore",
+    "Signal",
+    "StepStart",
+    "StorageService",
+    "Step",
+    "StoreClosedError",
+    "StoreConflictError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreTooNewError",
+    "StoreUnavailableError",
+    "TextDelta",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolCallStart",
+    "ToolContext",
+    "ToolResultEvent",
+    "ToolSpec",
+    "TurnPolicy",
+    "Usage",
+    "UsageEvent",
+    "create_agent",
+    "memory_store",
+    "tool",
+]
