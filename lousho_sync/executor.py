@@ -375,13 +375,13 @@ def _steps(
         elif _loop.ends_with_answer(state.recorded):
             if ctl.close_if_idle():
                 return _result(state, ctl, finish)
-        yield from _apply_queued(cfg, ctl, state, ev)
         exceeded = _limit_model(cfg.limits, used) or _limit_model(
             cfg.session_limits, cfg.session_used + used
         )
         if exceeded:
             ctl.close()
             return _result(state, ctl, "limit", exceeded=exceeded)
+        yield from _apply_queued(cfg, ctl, state, ev)
         response = yield from _model_call(cfg, ctl, state, history, used, ev)
         if response is None:  # steered: make the call again with the new input
             continue
@@ -421,8 +421,6 @@ def _model_call(
     used: Counters,
     ev: _Emit,
 ) -> Generator[RunEvent, None, ModelResponse | None]:
-    step = used.steps + 1
-    yield ev(StepStart, step=step)
     request = ModelRequest(
         cfg.system,
         _loop.MessageView(history, state.input, state.recorded),
@@ -432,6 +430,7 @@ def _model_call(
     call = ctl.begin_call()
     response: ModelResponse | None = None
     try:
+        yield ev(StepStart, step=used.steps + 1)
         stream = cfg.provider.stream(request, signal=call.signal)
         try:
             for item in stream:

@@ -49,9 +49,6 @@ class ToolContext:
     signal: Signal
 
 
-# --------------------------------------------------------------------------- validation
-
-
 class _Invalid(Exception):
     """An argument breaks the schema; ``path`` names it (empty for the arguments object)."""
 
@@ -64,21 +61,18 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
 class _Node:
     """One compiled schema: ``check`` validates a JSON value and converts it for the tool."""
 
     __slots__ = ("description",)
+    word = "any value"
 
     def __init__(self) -> None:
         self.description: str | None = None
 
     def expected(self) -> str:
         """What the node accepts, for messages."""
-        return "any value"
+        return self.word
 
     def shallow(self, value: Any) -> bool:
         """Whether ``value`` has the right JSON type (used to pick a union option)."""
@@ -112,18 +106,7 @@ class _Scalar(_Node):
         return self.kind
 
     def shallow(self, value: Any) -> bool:
-        kind = self.kind
-        if kind == "string":
-            return isinstance(value, str)
-        if kind == "boolean":
-            return isinstance(value, bool)
-        if kind == "null":
-            return value is None
-        if isinstance(value, bool):
-            return False
-        if kind == "integer":
-            return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        return isinstance(value, (int, float))  # number
+        return _KIND_TEST[self.kind](value)
 
     def check(self, value: Any, path: str) -> Any:
         if not self.shallow(value):
@@ -136,6 +119,16 @@ class _Scalar(_Node):
 
     def _schema(self) -> dict[str, Any]:
         return {"type": self.kind}
+
+
+_KIND_TEST: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "integer": lambda v: not isinstance(v, bool)
+    and (isinstance(v, int) or (isinstance(v, float) and v.is_integer())),
+    "number": lambda v: not isinstance(v, bool) and isinstance(v, (int, float)),
+}
 
 
 def _tag(value: object) -> str:
@@ -209,9 +202,7 @@ _JSON_KIND: dict[type, str] = {
 
 class _Array(_Node):
     __slots__ = ("container", "items", "prefix")
-
-    def expected(self) -> str:
-        return "array"
+    word = "array"
 
     def __init__(
         self,
@@ -257,9 +248,7 @@ class _Object(_Node):
     """An object: named ``props`` (``closed`` rejects others) or a map of ``extra`` values."""
 
     __slots__ = ("closed", "extra", "factory", "props", "required", "top")
-
-    def expected(self) -> str:
-        return "object"
+    word = "object"
 
     def __init__(
         self,
@@ -287,18 +276,19 @@ class _Object(_Node):
             if self.top:
                 raise _Invalid("", f"arguments must be a JSON object, got {_show(value)}")
             raise self.mismatch(value, path)
-        word = "argument" if self.top else "property"
+        noun = "argument" if self.top else "property"
         out: dict[str, Any] = {}
         for key, item in value.items():
             node = self.props.get(key)
             if node is None:
                 if self.closed:
-                    raise _Invalid(path, self._unexpected(key, word))
+                    raise _Invalid(path, self._unexpected(key, noun))
                 node = self.extra
-            out[key] = item if node is None else node.check(item, _join(path, str(key)))
+            where = f"{path}.{key}" if path else str(key)
+            out[key] = item if node is None else node.check(item, where)
         for key in self.required:
             if key not in value:
-                raise _Invalid(path, f"missing required {word} '{key}'")
+                raise _Invalid(path, f"missing required {noun} '{key}'")
         if self.factory is None:
             return out
         try:
@@ -353,14 +343,10 @@ class _AnyOf(_Node):
         return {"anyOf": [o.schema() for o in opts]}
 
 
-# ------------------------------------------------------------------ schema from type hints
-
-
 class _Unsupported(Exception):
     def __init__(self, hint: object, why: str = "") -> None:
         super().__init__(hint, why)
-        self.hint = hint
-        self.why = why
+        self.hint, self.why = hint, why
 
 
 def _type_name(hint: object) -> str:
@@ -418,14 +404,8 @@ def _from_class(cls: type, stack: tuple[type, ...]) -> _Node:
         if bad:
             raise _Unsupported(cls, f"Enum value {bad[0]!r} is not a JSON scalar")
         return _Enum(entries, cls)
-    if cls is bool:
-        return _Scalar("boolean")
-    if cls is int:
-        return _Scalar("integer")
-    if cls is float:
-        return _Scalar("number", to_float=True)
-    if cls is str:
-        return _Scalar("string")
+    if cls in (bool, int, float, str):
+        return _Scalar(_JSON_KIND[cls], to_float=cls is float)
     if cls in (list, Sequence):
         return _Array(None)
     if cls is tuple:
@@ -457,8 +437,6 @@ def _from_attrs(cls: type, stack: tuple[type, ...]) -> _Node:
             required.append(key)
     return _Object(props, required, factory=cls)
 
-
-# ------------------------------------------------------------------------- docstrings
 
 _SECTION = re.compile(
     r"^(args|arguments|parameters|params|keyword args|keyword arguments|other parameters|"
@@ -516,9 +494,6 @@ def _parse_doc(doc: str | None) -> tuple[str, dict[str, str]]:
     return " ".join(summary), params
 
 
-# ---------------------------------------------------------------------------- the tool
-
-
 @attrs.frozen(slots=True)
 class _Compiled:
     node: _Object
@@ -549,22 +524,17 @@ class Tool:
     _spec: ToolSpec = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        where, approval = f"tool {self.name!r}", self.needs_approval
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ConfigError(
-                f"tool name {self.name!r} is invalid: use 1-64 letters, digits, '_' or '-'"
-            )
+            raise ConfigError(f"{where}: the name must be 1-64 letters, digits, '_' or '-'")
         if self.on_interrupted not in ("rerun", "report"):
-            raise ConfigError(
-                f"tool {self.name!r}: on_interrupted must be 'rerun' or 'report', "
-                f"got {self.on_interrupted!r}"
-            )
-        if not isinstance(self.needs_approval, bool) and not callable(self.needs_approval):
-            raise ConfigError(
-                f"tool {self.name!r}: needs_approval must be a bool or a callable, "
-                f"got {type(self.needs_approval).__name__}"
-            )
+            got = self.on_interrupted
+            raise ConfigError(f"{where}: on_interrupted must be 'rerun' or 'report', got {got!r}")
+        if not isinstance(approval, bool) and not callable(approval):
+            got = type(approval).__name__
+            raise ConfigError(f"{where}: needs_approval must be a bool or a callable, got {got}")
         if not isinstance(self.parameters, Mapping):
-            raise ConfigError(f"tool {self.name!r}: parameters must be a JSON Schema object")
+            raise ConfigError(f"{where}: parameters must be a JSON Schema object")
         if self._compiled is None:
             node = _from_schema(self.parameters)
             if not isinstance(node, _Object):
@@ -611,8 +581,7 @@ class Tool:
 
     def _bind(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         assert self._compiled is not None
-        out: dict[str, Any] = self._compiled.node.check(arguments, "")
-        return out
+        return self._compiled.node.check(arguments, "")  # type: ignore[no-any-return]
 
 
 def _is_context(hint: object) -> bool:
@@ -647,8 +616,7 @@ def _from_schema(schema: Any) -> _Node:
     if kind in ("string", "integer", "number", "boolean", "null"):
         return _Scalar(kind)
     if kind == "array":
-        prefix = schema.get("prefixItems")
-        items = schema.get("items")
+        prefix, items = schema.get("prefixItems"), schema.get("items")
         return _Array(
             _from_schema(items) if isinstance(items, Mapping) else None,
             prefix=[_from_schema(p) for p in prefix] if isinstance(prefix, list) else None,
@@ -704,9 +672,8 @@ def _build(
         except _Unsupported as exc:
             inner = "" if exc.hint == hint else f" in {_type_name(hint)}"
             why = f": {exc.why}" if exc.why else ""
-            raise ConfigError(
-                f"{where} has unsupported type {_type_name(exc.hint)}{inner}{why}"
-            ) from None
+            bad = _type_name(exc.hint)
+            raise ConfigError(f"{where} has unsupported type {bad}{inner}{why}") from None
         if node.description is None and param.name in arg_docs:
             node.description = arg_docs[param.name]
         props[param.name] = node
@@ -766,9 +733,6 @@ def tool(
         return _build(f, name, description, needs_approval, on_interrupted)
 
     return decorate if fn is None else decorate(fn)
-
-
-# ---------------------------------------------------------------------------- running
 
 
 def run_tool(tool: Tool | None, call: ToolCall, *, context: ToolContext) -> tuple[str, bool]:

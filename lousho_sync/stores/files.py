@@ -145,6 +145,26 @@ def _file_lock(lock_path: Path, timeout: float, session_id: str | None = None) -
         lock.release()
 
 
+def _folders(root: Path, prefix: str) -> list[str]:
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    return [
+        e.name
+        for e in entries
+        if e.name.startswith(prefix) and _NAME_RE.fullmatch(e.name) and e.is_dir()
+    ]
+
+
+def _names(directory: Path, folder: str) -> list[str]:
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
+
+
 class FileStorage:
     """A :class:`~lousho_sync.stores.base.StorageService` over the directory ``root``.
 
@@ -214,33 +234,14 @@ class FileStorage:
             if sep:
                 if not _NAME_RE.fullmatch(folder):
                     return []
-                keys = self._names(self._root / folder, folder + "/")
+                keys = _names(self._root / folder, folder + "/")
             else:
-                keys = self._names(self._root, "")
-                for name in self._folders(prefix):
-                    keys.extend(self._names(self._root / name, name + "/"))
+                keys = _names(self._root, "")
+                for name in _folders(self._root, prefix):
+                    keys += _names(self._root / name, name + "/")
         except OSError as exc:
             raise _unavailable("list", self._root, exc) from exc
         return sorted(k for k in keys if k.startswith(prefix))
-
-    def _folders(self, prefix: str) -> list[str]:
-        try:
-            entries = list(os.scandir(self._root))
-        except FileNotFoundError:
-            return []
-        return [
-            e.name
-            for e in entries
-            if e.name.startswith(prefix) and _NAME_RE.fullmatch(e.name) and e.is_dir()
-        ]
-
-    @staticmethod
-    def _names(directory: Path, folder: str) -> list[str]:
-        try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
 
     def lock(self, key: str) -> AbstractContextManager[None]:
         """Hold ``key``'s lock (across processes and threads) while the block runs;
@@ -325,6 +326,8 @@ class FileSessionStore:
         """Replace the transcript; an empty sequence deletes the file."""
         path = self.path_for(id)
         data = dumps_messages(messages).encode() if messages else None
+        if data is None and not path.exists():
+            return  # nothing to forget: no directory or lock file is created
         with self._lock(id):
             if data is None:
                 self._unlink(id, path)

@@ -1,0 +1,165 @@
+"""SqliteStore per-turn cost, load time and file size.
+
+    python benchmarks/bench_sqlite.py [--dir DIR] [--turns N]
+
+Per-turn cost is one ``sessions.append`` of a user and an assistant message (JSON encoding
+included) with 10, 1,000 and 10,000 messages already in the transcript, at
+``synchronous="full"`` and ``"normal"``. The floor, measured in the same run on the same
+disk, is a plain ``sqlite3`` loop inserting the same two pre-encoded rows and committing,
+in WAL mode at the same ``synchronous``. Files go to ``--dir`` (default: a temporary
+directory on the disk under test) and are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from lousho_sync.codec import dumps_message
+from lousho_sync.messages import Message
+from lousho_sync.sqlite import SqliteStore
+
+USER = Message("user", "Can you summarise the quarterly numbers for the north region? " * 2)
+ASSISTANT = Message(
+    "assistant",
+    "Here is the summary of the north region for the quarter: revenue grew 4% on the "
+    "previous quarter, driven by the two new accounts; costs were flat; the margin "
+    "improved by one point. The main risk is the delayed renewal of the largest contract, "
+    "which the account team expects to close next month. " * 2,
+)
+TURN = [USER, ASSISTANT]
+SIZES = (10, 1_000, 10_000)
+
+
+def _median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def _time_each(fn: Callable[[int], None], count: int) -> list[float]:
+    out = []
+    for i in range(count):
+        start = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def floor_us(directory: Path, synchronous: str, turns: int) -> float:
+    """A plain sqlite3 INSERT (two rows) + COMMIT loop in WAL mode."""
+    path = directory / f"floor-{synchronous}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    conn.execute("CREATE TABLE t (session_key INTEGER, seq INTEGER, json TEXT)")
+    rows = [dumps_message(m) for m in TURN]
+
+    def turn(i: int) -> None:
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO t VALUES (1, ?, ?)", [(2 * i, rows[0]), (2 * i + 1, rows[1])]
+        )
+        conn.execute("COMMIT")
+
+    _time_each(turn, 20)  # warm up
+    samples = _median_us(_time_each(turn, turns))
+    conn.close()
+    return samples
+
+
+def append_us(store: SqliteStore, size: int, turns: int) -> float:
+    """Median append cost with ``size`` messages already stored (sessions barely grow)."""
+    sessions = max(1, min(turns, 10_000 // size))
+    ids = [f"n{size}-{k}" for k in range(sessions)]
+    prefill = [USER, ASSISTANT] * (size // 2)
+    lengths = {}
+    for sid in ids:
+        store.sessions.save(sid, prefill)
+        lengths[sid] = len(prefill)
+
+    def turn(i: int) -> None:
+        sid = ids[i % sessions]
+        store.sessions.append(sid, TURN, expected_length=lengths[sid])
+        lengths[sid] += 2
+
+    return _median_us(_time_each(turn, turns))
+
+
+def load_ms(store: SqliteStore, path: Path) -> tuple[float, float]:
+    """Median load of the 10,000-message session, and a plain SELECT of its rows."""
+    sid = "load-10k"
+    store.sessions.save(sid, [USER, ASSISTANT] * 5_000)
+    loads = []
+    for _ in range(7):
+        start = time.perf_counter()
+        messages = store.sessions.load(sid)
+        loads.append(time.perf_counter() - start)
+        assert messages is not None and len(messages) == 10_000
+    conn = sqlite3.connect(path)
+    selects = []
+    for _ in range(7):
+        start = time.perf_counter()
+        conn.execute(
+            "SELECT seq, json FROM messages WHERE session_key ="
+            " (SELECT key FROM sessions WHERE id = ?) ORDER BY seq",
+            (sid,),
+        ).fetchall()
+        selects.append(time.perf_counter() - start)
+    conn.close()
+    return statistics.median(loads) * 1e3, statistics.median(selects) * 1e3
+
+
+def size_per_1000(directory: Path) -> tuple[float, float]:
+    """File bytes per 1,000 messages after 5,000 turns, and the JSON payload per 1,000."""
+    path = directory / "size.db"
+    with SqliteStore(path, synchronous="normal") as store:
+        for i in range(5_000):
+            store.sessions.append("size", TURN, expected_length=2 * i)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    payload = sum(len(dumps_message(m)) for m in TURN) * 5_000
+    return os.path.getsize(path) / 10, payload / 10
+
+
+def main() -> None:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=None, help="where the files go")
+    parser.add_argument("--turns", type=int, default=0, help="appends per cell")
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="lousho-bench-", dir=args.dir))
+    try:
+        encode = _median_us(_time_each(lambda i: [dumps_message(m) for m in TURN], 2_000))
+        print(f"files in {directory}; encoding the two messages: {encode:.1f} µs\n")
+        print(f"{'synchronous':<12}{'floor':>9}" + "".join(f"{n:>10,}" for n in SIZES) + "  late/early")
+        for synchronous in ("full", "normal"):
+            turns = args.turns or (400 if synchronous == "full" else 3_000)
+            floor = floor_us(directory, synchronous, turns)
+            path = directory / f"store-{synchronous}.db"
+            with SqliteStore(path, synchronous=synchronous) as store:  # type: ignore[arg-type]
+                append_us(store, 10, 50)  # warm up
+                cells = [append_us(store, n, turns) for n in SIZES]
+                if synchronous == "normal":
+                    load, select = load_ms(store, path)
+            row = "".join(f"{c:>10.1f}" for c in cells)
+            print(f"{synchronous:<12}{floor:>9.1f}{row}  {cells[-1] / cells[0]:>10.2f}")
+        print("(median µs per turn: one append of a user + an assistant message)\n")
+        print(f"load of a 10,000-message session: {load:.1f} ms (plain SELECT: {select:.1f} ms)")
+        per_1000, payload = size_per_1000(directory)
+        print(
+            f"file size per 1,000 messages: {per_1000 / 1024:.1f} KiB "
+            f"(JSON payload {payload / 1024:.1f} KiB)"
+        )
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,789 @@
+"""HTTP machinery shared by the real providers: sessions, retries, SSE, errors, redaction.
+
+Everything goes through ``requests``. One :class:`HttpClient` per provider object:
+
+- a ``requests.Session`` per thread (a Session is not safe to share between threads), so
+  connections are pooled per thread and reused between calls;
+- ``(connect_timeout, timeout)`` on every request; the read timeout bounds every wait for
+  bytes, so nothing hangs;
+- retries with exponential backoff and jitter on 408/409/429/5xx and connection errors,
+  honouring ``Retry-After`` (seconds or an HTTP date) and ``x-should-retry``, bounded by
+  ``max_retries``; never once a stream has delivered a delta;
+- abort: ``signal.add_callback`` shuts the connection's socket down, so a read blocked in
+  another thread returns at once; whatever is raised after the abort becomes
+  :class:`~lousho_sync.errors.AbortedError`;
+- the API key (a :class:`Secret`) is redacted from every message this module builds.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import logging
+import random
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from ..errors import AbortedError, ConfigError, ProviderError, RateLimitedError
+from ..messages import Message, ToolCall, Usage
+from ..signal import Signal
+from .base import ModelResponse, ModelTextDelta, ModelToolCallDelta
+
+__all__ = [
+    "Body",
+    "HeaderAuth",
+    "HttpClient",
+    "ResponseBuilder",
+    "Secret",
+    "SseEvent",
+    "iter_sse",
+    "retry_after_s",
+    "safe_url",
+]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_RETRY_STATUSES = frozenset((408, 409, 429))
+_MIN_SECRET_LEN = 8  # shorter "keys" are placeholders for local servers; not redacted
+_DRAIN_TIMEOUT_S = 1.0
+_MAX_ERROR_BODY = 65536
+
+
+class Secret:
+    """An API key: ``reveal()`` gives it; its repr and str never do."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The key itself (only for the request header)."""
+        return self._value
+
+    def redact(self, text: str) -> str:
+        """``text`` with every occurrence of the key replaced by ``***``."""
+        if len(self._value) >= _MIN_SECRET_LEN and self._value in text:
+            return text.replace(self._value, "***")
+        return text
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+class HeaderAuth(requests.auth.AuthBase):
+    """Puts the key in one header at send time (never in a dict the caller can log)."""
+
+    def __init__(self, header: str, secret: Secret, prefix: str = "") -> None:
+        self._header = header
+        self._secret = secret
+        self._prefix = prefix
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        r.headers[self._header] = self._prefix + self._secret.reveal()
+        return r
+
+    def __repr__(self) -> str:
+        return f"HeaderAuth({self._header!r}, ***)"
+
+
+def safe_url(url: str) -> str:
+    """``url`` without a password in its user info (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else "***@"
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:  # pragma: no cover - older Pythons
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+# --- Server-sent events -------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class SseEvent:
+    """One dispatched server-sent event: its ``event`` name (default ``message``) and data."""
+
+    event: str
+    data: str
+    id: str | None = None
+
+
+def _iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Complete lines (CR, LF or CRLF ended); an unterminated last line is dropped."""
+    buf = bytearray()
+    first = True
+    for chunk in chunks:
+        buf += chunk
+        start = 0
+        while True:
+            cr, lf = buf.find(b"\r", start), buf.find(b"\n", start)
+            if cr < 0 and lf < 0:
+                break
+            if lf < 0 or 0 <= cr < lf:
+                if cr == len(buf) - 1:  # maybe the first half of CRLF: wait for more
+                    break
+                end, nxt = cr, cr + 2 if buf[cr + 1 : cr + 2] == b"\n" else cr + 1
+            else:
+                end, nxt = lf, lf + 1
+            line = buf[start:end].decode("utf-8", errors="replace")
+            if first:
+                line, first = line.removeprefix("\ufeff"), False
+            start = nxt
+            yield line
+        del buf[:start]
+    if buf.endswith(b"\r"):
+        yield buf[:-1].decode("utf-8", errors="replace")
+
+
+def iter_sse(chunks: Iterable[bytes]) -> Iterator[SseEvent]:
+    """Parse a server-sent event stream (WHATWG rules) from raw byte chunks.
+
+    Handles ``event:``/``data:``/``id:`` fields, multi-line data, ``:`` comments and any
+    line ending. A last event not followed by a blank line is still dispatched if its
+    lines are complete; a cut-off last line is dropped.
+    """
+    event, last_id = "", None
+    data: list[str] = []
+    for line in _iter_lines(chunks):
+        if not line:
+            if data:
+                yield SseEvent(event or "message", "\n".join(data), last_id)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+    if data:
+        yield SseEvent(event or "message", "\n".join(data), last_id)
+
+
+# --- Connection tracking (for abort) -------------------------------------------------
+
+_tls = threading.local()
+
+
+class _Tracker:
+    """The connection and response of one attempt, so an abort can cut them.
+
+    Thread-safe: ``_lock`` guards every field; ``abort()`` runs in the aborting thread.
+    """
+
+    __slots__ = ("_aborted", "_conn", "_done", "_lock", "_resp")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: HTTPConnection | None = None
+        self._resp: requests.Response | None = None
+        self._aborted = False
+        self._done = False
+
+    @property
+    def sock(self) -> socket.socket | None:
+        with self._lock:
+            conn = self._conn
+        return getattr(conn, "sock", None) if conn is not None else None
+
+    def attach(self, conn: HTTPConnection) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._conn = conn
+            if self._aborted:
+                _shutdown(conn)
+
+    def set_response(self, resp: requests.Response) -> None:
+        with self._lock:
+            self._resp = resp
+            aborted = self._aborted and not self._done
+        if aborted:
+            resp.close()
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            if self._done:
+                return
+            if self._conn is not None and _shutdown(self._conn):
+                return
+            resp = self._resp
+        if resp is not None:  # no socket known (e.g. a SOCKS proxy): close the response
+            resp.close()
+
+    def detach(self) -> None:
+        with self._lock:
+            self._done = True
+            self._conn = None
+            self._resp = None
+
+
+def _shutdown(conn: HTTPConnection) -> bool:
+    sock = getattr(conn, "sock", None)
+    if sock is None:
+        return False
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    return True
+
+
+def _note(conn: HTTPConnection) -> None:
+    tracker: _Tracker | None = getattr(_tls, "tracker", None)
+    if tracker is not None:
+        tracker.attach(conn)
+
+
+class _HTTPConnection(HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _note(self)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _note(self)
+        super().request(*args, **kwargs)
+
+
+class _HTTPSConnection(HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _note(self)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _note(self)
+        super().request(*args, **kwargs)
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+class _Adapter(HTTPAdapter):
+    """An adapter whose connections report themselves to the current attempt."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = _POOLS
+        return manager
+
+
+def _new_session() -> requests.Session:
+    session = requests.Session()
+    adapter = _Adapter(pool_connections=4, pool_maxsize=4, max_retries=0)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    session.headers["User-Agent"] = "lousho-python"
+    return session
+
+
+# --- Response bodies ----------------------------------------------------------------
+
+
+class Body:
+    """A 2xx response being read: raw chunks, SSE events or one JSON document.
+
+    Transport failures while reading become retryable :class:`ProviderError`.
+    """
+
+    def __init__(self, resp: requests.Response, tracker: _Tracker, client: HttpClient) -> None:
+        self._resp = resp
+        self._tracker = tracker
+        self._client = client
+
+    @property
+    def is_json(self) -> bool:
+        """True when the server answered ``application/json`` (not an event stream)."""
+        ctype = self._resp.headers.get("Content-Type", "")
+        return ctype.split(";")[0].strip().lower() == "application/json"
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body as it arrives."""
+        raw = self._resp.raw
+        try:
+            if raw.chunked and raw.supports_chunked_reads():
+                yield from raw.read_chunked(None, decode_content=True)
+                return
+            read1 = getattr(raw, "read1", None)
+            if read1 is None:  # urllib3 1.x
+                yield from raw.stream(8192, decode_content=True)
+                return
+            while data := read1(65536, decode_content=True):
+                yield data
+        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+            raise self._client.transport_error(exc, self._resp.url, reading=True) from exc
+
+    def sse(self) -> Iterator[SseEvent]:
+        """The body as server-sent events."""
+        return iter_sse(self.chunks())
+
+    def json(self) -> Any:
+        """The whole body parsed as JSON."""
+        return self.parse(b"".join(self.chunks()).decode("utf-8", errors="replace"))
+
+    def parse(self, text: str) -> Any:
+        """``text`` parsed as JSON; invalid JSON is a (not retryable) :class:`ProviderError`."""
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            name = self._client.provider
+            raise ProviderError(
+                f"{name}: the server sent invalid JSON ({exc.msg} at char {exc.pos}): "
+                f"{self._client.secret.redact(text[:200])!r}",
+                error_type="invalid_response",
+                provider=name,
+            ) from exc
+
+    def drain(self) -> None:
+        """Read the rest of a finished stream briefly, so the connection can be reused."""
+        sock = self._tracker.sock
+        if sock is None:
+            return
+        try:
+            sock.settimeout(_DRAIN_TIMEOUT_S)
+            for _ in self.chunks():
+                pass
+        except Exception:  # the connection is just not reused
+            _log.debug("could not drain the response; the connection is dropped")
+
+
+# --- The client ---------------------------------------------------------------------
+
+
+class HttpClient:
+    """POSTs JSON for one provider, with retries, timeouts and abort.
+
+    Thread-safe: each thread gets its own ``requests.Session`` (created on first use and
+    closed when the thread ends or on :meth:`close`); ``_lock`` guards the set of sessions.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        secret: Secret,
+        auth: requests.auth.AuthBase,
+        key_env: str,
+        timeout: float,
+        connect_timeout: float,
+        max_retries: int,
+        backoff_s: float,
+        max_backoff_s: float = 8.0,
+        max_retry_after_s: float = 60.0,
+    ) -> None:
+        for name, value in (
+            ("timeout", timeout),
+            ("connect_timeout", connect_timeout),
+        ):
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{provider}: {name} must be a number > 0, got {value!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError(f"{provider}: max_retries must be an int >= 0, got {max_retries!r}")
+        if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
+            raise ConfigError(f"{provider}: backoff_s must be a number >= 0, got {backoff_s!r}")
+        self.provider = provider
+        self.secret = secret
+        self._auth = auth
+        self._key_env = key_env
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.max_retries = max_retries
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = max_backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sessions: weakref.WeakSet[requests.Session] = weakref.WeakSet()
+
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = _new_session()
+            self._local.session = session
+            with self._lock:
+                self._sessions.add(session)
+            weakref.finalize(threading.current_thread(), session.close)
+        return session
+
+    def close(self) -> None:
+        """Close every pooled connection (idempotent; later calls open new ones)."""
+        with self._lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
+
+    def post(
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        *,
+        signal: Signal,
+        consume: Callable[[Body], Iterator[T]],
+        headers: Mapping[str, str] | None = None,
+    ) -> Generator[T, None, None]:
+        """POST ``body`` to ``url`` and yield what ``consume`` makes of the 2xx response.
+
+        Retries (429, 5xx, connection errors, a stream that broke before yielding) until
+        ``max_retries``; nothing is retried once ``consume`` has yielded.
+        """
+        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        attempt = 0
+        while True:
+            signal.raise_if_aborted()
+            delivered = False
+            failure: ProviderError | None = None
+            wait_s: float | None = None
+            tracker = _Tracker()
+            remove = signal.add_callback(tracker.abort)
+            try:
+                resp = self._send(url, payload, all_headers, tracker)
+                try:
+                    if 200 <= resp.status_code < 300:
+                        for item in consume(Body(resp, tracker, self)):
+                            if signal.aborted:
+                                raise _aborted(signal)
+                            delivered = True
+                            yield item
+                        return
+                    failure, wait_s = self._status_failure(resp), retry_after_s(resp.headers)
+                finally:
+                    tracker.detach()
+                    resp.close()
+            except ProviderError as exc:
+                if signal.aborted:
+                    raise _aborted(signal) from exc
+                failure = exc
+            except AbortedError:
+                raise
+            except Exception as exc:
+                if signal.aborted:
+                    raise _aborted(signal) from exc
+                raise
+            finally:
+                remove()
+            if signal.aborted:
+                raise _aborted(signal) from failure
+            assert failure is not None
+            if delivered or not failure.retryable or attempt >= self.max_retries:
+                raise self._final(failure, attempt)
+            delay = self._delay(attempt, wait_s)
+            _log.warning(
+                "%s: attempt %d of %d failed (%s); retrying in %.3fs%s",
+                self.provider,
+                attempt + 1,
+                self.max_retries + 1,
+                failure,
+                delay,
+                " (Retry-After)" if wait_s is not None and delay == wait_s else "",
+            )
+            if signal.wait(delay):
+                raise _aborted(signal) from failure
+            attempt += 1
+
+    def _send(
+        self, url: str, payload: bytes, headers: Mapping[str, str], tracker: _Tracker
+    ) -> requests.Response:
+        session = self._session()
+        _log.debug("%s: POST %s", self.provider, safe_url(url))
+        _tls.tracker = tracker
+        try:
+            resp = session.post(
+                url,
+                data=payload,
+                headers=dict(headers),
+                auth=self._auth,
+                timeout=(self.connect_timeout, self.timeout),
+                stream=True,
+                allow_redirects=False,
+            )
+        except (
+            requests.exceptions.InvalidURL,
+            requests.exceptions.MissingSchema,
+            requests.exceptions.InvalidSchema,
+        ) as exc:
+            raise ConfigError(
+                f"{self.provider}: bad base_url, cannot POST to {safe_url(url)!r}: "
+                f"{self.secret.redact(str(exc))}"
+            ) from exc
+        except requests.exceptions.RequestException as exc:
+            raise self.transport_error(exc, url, reading=False) from exc
+        finally:
+            _tls.tracker = None
+        tracker.set_response(resp)
+        return resp
+
+    def transport_error(self, exc: BaseException, url: str, *, reading: bool) -> ProviderError:
+        """A :class:`ProviderError` for a timeout, refused connection or broken stream."""
+        where = safe_url(url)
+        retryable = not isinstance(exc, requests.exceptions.SSLError)
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            what = f"could not connect to {where} within {self.connect_timeout:g}s"
+        elif isinstance(
+            exc,
+            (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, TimeoutError),
+        ):
+            what = f"no data from {where} for {self.timeout:g}s (read timeout)"
+        elif reading:
+            what = f"the connection to {where} broke while reading the response"
+        else:
+            what = f"could not reach {where}"
+        detail = self.secret.redact(str(exc))
+        return ProviderError(
+            f"{self.provider}: {what}: {detail}",
+            error_type="timeout" if "timeout" in what else "connection_error",
+            retryable=retryable,
+            provider=self.provider,
+        )
+
+    def _status_failure(self, resp: requests.Response) -> ProviderError:
+        status = resp.status_code
+        try:
+            raw = resp.raw.read(_MAX_ERROR_BODY, decode_content=True) or b""
+        except Exception:
+            raw = b""
+        message, error_type = _error_details(raw)
+        hint = ""
+        if status == 401 or status == 403:
+            hint = f" (check the API key: api_key= or {self._key_env})"
+        elif status == 404:
+            hint = f" (check the model name and the base URL; POST {safe_url(resp.url)})"
+        elif 300 <= status < 400:
+            hint = f" (redirect to {safe_url(resp.headers.get('Location', '?'))} not followed)"
+        request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+        text = f"{self.provider} answered HTTP {status}"
+        if resp.reason:
+            text += f" {resp.reason}"
+        if error_type:
+            text += f" ({error_type})"
+        if message:
+            text += f": {message}"
+        text += hint
+        if request_id:
+            text += f" [request id {request_id}]"
+        should = resp.headers.get("x-should-retry", "").lower()
+        retryable = (
+            should == "true"
+            if should in ("true", "false")
+            else status in _RETRY_STATUSES or status >= 500
+        )
+        cls = RateLimitedError if status == 429 else ProviderError
+        return cls(
+            self.secret.redact(text),
+            status=status,
+            error_type=error_type,
+            retryable=retryable,
+            provider=self.provider,
+        )
+
+    def _final(self, failure: ProviderError, attempt: int) -> ProviderError:
+        if attempt == 0:
+            return failure
+        final = type(failure)(
+            f"{failure} (gave up after {attempt + 1} attempts)",
+            status=failure.status,
+            error_type=failure.error_type,
+            retryable=failure.retryable,
+            provider=failure.provider,
+        )
+        final.__cause__ = failure
+        return final
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None and retry_after <= self.max_retry_after_s:
+            return retry_after
+        base: float = min(self.backoff_s * (2.0**attempt), self.max_backoff_s)
+        return base * (1.0 - 0.25 * random.random())
+
+
+def _aborted(signal: Signal) -> AbortedError:
+    return AbortedError(f"aborted: {signal.reason}", reason=signal.reason)
+
+
+def _error_details(raw: bytes) -> tuple[str, str | None]:
+    """The provider's error message and type from an error body (any common shape)."""
+    text = raw.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _clip(text), None
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, str):
+            return _clip(err), None
+        if isinstance(err, dict):
+            etype = err.get("type") or err.get("code")
+            msg = err.get("message") or err.get("detail") or data.get("detail")
+            return _clip(str(msg) if msg is not None else text), (
+                str(etype) if etype is not None else None
+            )
+    return _clip(text), None
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --- One answer, from deltas or from a whole response --------------------------------
+
+
+@attrs.define
+class _CallSlot:
+    id: str | None = None
+    name: str | None = None
+    fragments: list[str] = attrs.Factory(list)
+
+
+class ResponseBuilder:
+    """Collects one answer, streamed (deltas) or complete (whole parts), into a response.
+
+    Both paths of a provider feed the same builder, so a streamed and a complete answer
+    end as the same :class:`ModelResponse`. Not thread-safe (one per call).
+    """
+
+    def __init__(self, provider: str, secret: Secret) -> None:
+        self.provider = provider
+        self._secret = secret
+        self._text: list[str] = []
+        self._calls: dict[int, _CallSlot] = {}
+        self.finish_reason: str | None = None
+        self.model: str | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost_usd: float | None = None
+
+    def redact(self, text: str) -> str:
+        """``text`` without the API key."""
+        return self._secret.redact(text)
+
+    def text(self, piece: object) -> ModelTextDelta | None:
+        """Add text; returns the delta to stream (None for nothing)."""
+        if not isinstance(piece, str) or not piece:
+            return None
+        self._text.append(piece)
+        return ModelTextDelta(self._secret.redact(piece))
+
+    def tool_call(
+        self, index: int, id: object, name: object, fragment: object
+    ) -> ModelToolCallDelta | None:
+        """Add a piece of tool call ``index``; returns the delta to stream (None for nothing)."""
+        slot = self._calls.setdefault(index, _CallSlot())
+        new_id = id if isinstance(id, str) and id and slot.id is None else None
+        new_name = name if isinstance(name, str) and name and slot.name is None else None
+        if new_id is not None:
+            slot.id = new_id
+        if new_name is not None:
+            slot.name = new_name
+        piece = fragment if isinstance(fragment, str) else ""
+        if piece:
+            slot.fragments.append(piece)
+        if new_id is None and new_name is None and not piece:
+            return None
+        return ModelToolCallDelta(index, new_id, new_name, self._secret.redact(piece))
+
+    def build(self, finish_map: Mapping[str, str]) -> ModelResponse:
+        """The whole answer; ``finish_map`` maps the provider's reasons to lousho's."""
+        raw = self.finish_reason
+        mapped = finish_map.get(raw, "stop") if raw is not None else "stop"
+        calls = tuple(self._call(i, mapped) for i in sorted(self._calls))
+        if calls and mapped == "stop":
+            mapped = "tool_calls"
+        elif not calls and mapped == "tool_calls":
+            mapped = "stop"
+        usage = Usage(self.input_tokens, self.output_tokens, self.cost_usd)
+        metadata = {"finish_reason": raw} if raw is not None and raw != mapped else {}
+        text = self._secret.redact("".join(self._text))
+        message = Message(
+            "assistant", text, tool_calls=cast(Any, calls), usage=usage, metadata=metadata
+        )
+        return ModelResponse(message, mapped, self.model)
+
+    def _call(self, index: int, finish: str) -> ToolCall:
+        slot = self._calls[index]
+        if not slot.name:
+            raise ProviderError(
+                f"{self.provider}: tool call {index} arrived without a name",
+                error_type="invalid_response",
+                provider=self.provider,
+            )
+        raw = self._secret.redact("".join(slot.fragments)).strip()
+        try:
+            arguments = json.loads(raw) if raw else {}
+        except ValueError as exc:
+            cut = " (the answer was cut at max_tokens)" if finish == "length" else ""
+            raise ProviderError(
+                f"{self.provider}: the model sent invalid JSON arguments for tool "
+                f"{slot.name!r}{cut}: {_clip(raw, 200)!r}",
+                error_type="invalid_tool_arguments",
+                provider=self.provider,
+            ) from exc
+        if not isinstance(arguments, dict):
+            raise ProviderError(
+                f"{self.provider}: the arguments of tool {slot.name!r} are not a JSON "
+                f"object: {_clip(raw, 200)!r}",
+                error_type="invalid_tool_arguments",
+                provider=self.provider,
+            )
+        return ToolCall(slot.id or f"call_{index}", slot.name, arguments)

@@ -1,0 +1,524 @@
+"""File stores on real files: atomic writes, corruption left alone, appends, resolve-once and
+leases across real processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lousho_sync.errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    InvalidSessionIdError,
+    StoreConflictError,
+    StoreCorruptError,
+    StoreError,
+    StoreUnavailableError,
+)
+from lousho_sync.messages import ImagePart, Message, TextPart, ToolCall, Usage
+from lousho_sync.stores.base import (
+    ApprovalRecord,
+    ApprovalStore,
+    Checkpoint,
+    CheckpointStore,
+    SessionStore,
+    StorageService,
+)
+from lousho_sync.stores.files import (
+    FileSessionStore,
+    FileStorage,
+    LocalStorageCheckpointStore,
+    StorageServiceApprovalStore,
+)
+
+JOIN = 120.0  # seconds: the longest a test waits for a thread or process
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def user(text: str) -> Message:
+    return Message("user", text)
+
+
+def record(id: str, *, session_id: str | None = "s1", created_at: float = 1.0) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=id,
+        session_id=session_id,
+        checkpoint_key=f"{session_id}.turn-0",
+        call=ToolCall(f"call-{id}", "transfer", {"amount": 5, "to": "bob"}),
+        created_at=created_at,
+    )
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+# --- FileStorage --------------------------------------------------------------------------
+
+
+def test_file_storage_get_put_delete_list(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    storage = FileStorage(root)
+    assert isinstance(storage, StorageService)
+    assert storage.get("a") is None
+    assert storage.list() == []
+    assert not root.exists()
+    storage.put("b.json", b"2")
+    storage.put("a", b"1")
+    storage.put("approvals/x.json", b"\x00\xff")
+    storage.put("checkpoints/k.json", b"k")
+    storage.put("a", b"one")
+    assert storage.get("a") == b"one"
+    assert storage.get("approvals/x.json") == b"\x00\xff"
+    assert storage.list() == ["a", "approvals/x.json", "b.json", "checkpoints/k.json"]
+    assert storage.list("approvals/") == ["approvals/x.json"]
+    assert storage.list("ch") == ["checkpoints/k.json"]
+    assert storage.list("checkpoints/l") == []
+    assert storage.list("nothing/") == []
+    storage.delete("a")
+    storage.delete("a")
+    assert storage.get("a") is None
+    with storage.lock("approvals/x"):
+        pass
+    # no temp files left behind; lock files are hidden and never listed
+    assert all(not n.endswith(".tmp") for n in files_under(root))
+    assert storage.list() == ["approvals/x.json", "b.json", "checkpoints/k.json"]
+
+
+@pytest.mark.parametrize(
+    "key", ["", "../x", "a/../b", "/etc/passwd", "a/b/c", ".hidden", "a/.b", "a//b", "a b", "é"]
+)
+def test_file_storage_refuses_bad_keys(tmp_path: Path, key: str) -> None:
+    storage = FileStorage(tmp_path / "root")
+    with pytest.raises(StoreError, match="invalid storage key"):
+        storage.put(key, b"x")
+    with pytest.raises(StoreError, match="invalid storage key"):
+        storage.get(key)
+    with pytest.raises(StoreError, match="invalid storage key"):
+        storage.lock(key)
+    assert not (tmp_path / "root").exists()
+
+
+def test_file_storage_lock_excludes_other_threads(tmp_path: Path) -> None:
+    holder = FileStorage(tmp_path)
+    impatient = FileStorage(tmp_path, lock_timeout_s=0.05)
+    held, done = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def other() -> None:
+        assert held.wait(JOIN)
+        try:
+            with impatient.lock("k"):
+                outcome.append("acquired")
+        except StoreUnavailableError as exc:
+            outcome.append(exc)
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with holder.lock("k"):
+        held.set()
+        assert done.wait(JOIN)
+    t.join(JOIN)
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreUnavailableError)
+    assert "could not lock" in str(outcome[0])
+    with impatient.lock("k"):  # free again
+        pass
+
+
+# --- FileSessionStore ---------------------------------------------------------------------
+
+
+def test_session_store_save_load_delete(tmp_path: Path) -> None:
+    directory = tmp_path / "sessions"
+    store = FileSessionStore(directory)
+    assert isinstance(store, SessionStore)
+    assert store.load("s1") is None
+    assert store.ids() == []
+    assert not directory.exists()
+    transcript = [
+        user("hi"),
+        Message("assistant", "hello", usage=Usage(3, 4, 0.01)),
+    ]
+    store.save("s1", transcript)
+    assert store.load("s1") == transcript
+    doc = json.loads((directory / "s1.json").read_text())
+    assert doc["v"] == 1 and len(doc["messages"]) == 2
+    store.save("s2", [user("x")])
+    assert store.ids() == ["s1", "s2"]
+    store.save("s1", [])
+    assert store.load("s1") is None
+    assert not (directory / "s1.json").exists()
+    store.delete("s2")
+    store.delete("s2")
+    assert store.ids() == []
+    assert [n for n in os.listdir(directory) if n.endswith(".tmp")] == []
+
+
+def test_session_store_keeps_image_bytes(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 4
+    store = FileSessionStore(tmp_path)
+    store.save("img", [Message("user", (TextPart("look"), ImagePart(data=data)))])
+    loaded = store.load("img")
+    assert loaded is not None
+    content = loaded[0].content
+    assert isinstance(content, tuple)
+    image = content[1]
+    assert isinstance(image, ImagePart) and image.data == data
+
+
+def test_append_and_conflict(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    store.append("s", [user("1"), user("2")], expected_length=0)
+    store.append("s", [user("3")], expected_length=2)
+    with pytest.raises(StoreConflictError) as info:
+        store.append("s", [user("late")], expected_length=2)
+    err = info.value
+    assert (err.expected_length, err.actual_length) == (2, 3)
+    assert err.session_id == "s" and err.path == str(tmp_path / "s.json")
+    assert err.code == "LOUSHO_STORE_CONFLICT"
+    assert [m.text for m in store.load("s") or []] == ["1", "2", "3"]
+
+
+def test_revision_changes_with_every_write(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    assert store.revision("s") is None
+    seen = set()
+    for i in range(5):
+        store.save("s", [user("same size")])  # same bytes every time
+        rev = store.revision("s")
+        assert rev is not None and rev not in seen
+        seen.add(rev)
+        assert store.revision("s") == rev  # stable while the file is unchanged
+        del i
+    store.delete("s")
+    assert store.revision("s") is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"not json", b'{"v":1,"messages":[{"role":"robot"}]}', b'{"v":7,"messages":[]}', b"\xff"],
+)
+def test_corrupt_session_file_is_reported_and_left_untouched(
+    tmp_path: Path, content: bytes
+) -> None:
+    store = FileSessionStore(tmp_path)
+    path = tmp_path / "s.json"
+    path.write_bytes(content)
+    with pytest.raises(StoreCorruptError) as info:
+        store.load("s")
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    assert info.value.session_id == "s"
+    with pytest.raises(StoreCorruptError):
+        store.append("s", [user("x")], expected_length=0)
+    assert path.read_bytes() == content
+    assert store.ids() == ["s"]
+
+
+BAD_IDS = ["../x", "a/b", "", "x" * 129, "a.b", "a b", "/abs"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_bad_session_ids_are_refused_before_any_io(tmp_path: Path, bad: str) -> None:
+    directory = tmp_path / "sessions"
+    store = FileSessionStore(directory)
+    calls: list[Callable[[], object]] = [
+        lambda: store.load(bad),
+        lambda: store.save(bad, [user("x")]),
+        lambda: store.append(bad, [user("x")], expected_length=0),
+        lambda: store.delete(bad),
+        lambda: store.revision(bad),
+        lambda: store.acquire_lease(bad, owner="o", ttl_s=30, wait_s=0),
+        lambda: store.renew_lease(bad, owner="o", ttl_s=30),
+        lambda: store.release_lease(bad, owner="o"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidSessionIdError) as info:
+            call()
+        assert info.value.session_id == bad
+        assert "^[A-Za-z0-9_-]{1,128}$" in str(info.value)
+    assert not directory.exists()
+    assert files_under(tmp_path) == []
+
+
+def test_longest_valid_session_id_works(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    sid = "A-z_0" * 25 + "abc"
+    assert len(sid) == 128
+    store.save(sid, [user("x")])
+    assert store.ids() == [sid]
+
+
+def _append_worker(directory: str, name: str, count: int, barrier: Any) -> None:
+    store = FileSessionStore(directory)
+    barrier.wait(JOIN)
+    for i in range(count):
+        for _attempt in range(10_000):
+            current = store.load("shared") or []
+            try:
+                store.append("shared", [user(f"{name}-{i}")], expected_length=len(current))
+                break
+            except StoreConflictError:
+                continue
+        else:
+            raise AssertionError(f"{name} never managed to append message {i}")
+
+
+def test_four_processes_append_to_one_session(tmp_path: Path) -> None:
+    names, count = ["p0", "p1", "p2", "p3"], 25
+    barrier = SPAWN.Barrier(len(names))
+    procs = [
+        SPAWN.Process(target=_append_worker, args=(str(tmp_path), name, count, barrier))
+        for name in names
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(JOIN)
+    assert [p.exitcode for p in procs] == [0] * len(names)
+    texts = [m.text for m in FileSessionStore(tmp_path).load("shared") or []]
+    assert len(texts) == len(names) * count
+    for name in names:
+        assert [t for t in texts if t.startswith(name + "-")] == [
+            f"{name}-{i}" for i in range(count)
+        ]
+
+
+# --- leases -------------------------------------------------------------------------------
+
+
+def test_lease_is_exclusive_and_released_by_its_owner(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    other_store = FileSessionStore(tmp_path)  # another object: only the OS lock is shared
+    assert store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    assert store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)  # re-acquire
+    assert not store.acquire_lease("s", owner="b", ttl_s=30, wait_s=0.05)
+    assert not other_store.acquire_lease("s", owner="c", ttl_s=30, wait_s=0.05)
+    assert store.renew_lease("s", owner="a", ttl_s=30)
+    assert not store.renew_lease("s", owner="b", ttl_s=30)
+    store.release_lease("s", owner="b")  # not the holder: nothing happens
+    assert not other_store.acquire_lease("s", owner="c", ttl_s=30, wait_s=0)
+    store.release_lease("s", owner="a")
+    assert not store.renew_lease("s", owner="a", ttl_s=30)
+    assert other_store.acquire_lease("s", owner="c", ttl_s=30, wait_s=0)
+    assert not store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    other_store.release_lease("s", owner="c")
+    assert store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    store.release_lease("s", owner="a")
+
+
+def test_lease_not_renewed_in_time_is_taken_over_in_process(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    assert store.acquire_lease("s", owner="a", ttl_s=0, wait_s=0)  # expires at once
+    assert store.acquire_lease("s", owner="b", ttl_s=30, wait_s=0)
+    assert not store.renew_lease("s", owner="a", ttl_s=30)
+    store.release_lease("s", owner="a")  # no longer the holder: nothing happens
+    assert not store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    store.release_lease("s", owner="b")
+
+
+def test_lease_waits_for_release_from_another_thread(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    assert store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    waiting = threading.Event()
+    got: list[bool] = []
+
+    def contender() -> None:
+        waiting.set()
+        got.append(store.acquire_lease("s", owner="b", ttl_s=30, wait_s=JOIN))
+
+    t = threading.Thread(target=contender)
+    t.start()
+    assert waiting.wait(JOIN)
+    store.release_lease("s", owner="a")
+    t.join(JOIN)
+    assert got == [True]
+    store.release_lease("s", owner="b")
+
+
+CHILD_HOLDS_LEASE = """
+import sys
+from lousho_sync.stores.files import FileSessionStore
+store = FileSessionStore(sys.argv[1])
+assert store.acquire_lease("s", owner="child", ttl_s=30, wait_s=10)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_lease_of_a_killed_process_is_taken_at_once(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_HOLDS_LEASE, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], JOIN)
+        assert ready, "the child did not report holding the lease"
+        assert child.stdout.readline() == b"held\n"
+        store = FileSessionStore(tmp_path)
+        assert not store.acquire_lease("s", owner="parent", ttl_s=30, wait_s=0.05)
+        child.kill()  # SIGKILL: no cleanup runs in the child
+        child.wait(JOIN)
+        assert store.acquire_lease("s", owner="parent", ttl_s=30, wait_s=0)
+        store.release_lease("s", owner="parent")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(JOIN)
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+
+
+# --- checkpoints --------------------------------------------------------------------------
+
+
+def checkpoint(key: str) -> Checkpoint:
+    return Checkpoint(
+        key=key,
+        session_id="s1",
+        run_id="run-1",
+        input=(user("do it"),),
+        recorded=(Message("assistant", "", (ToolCall("c1", "pay", {"n": 1}),)),),
+        started_call_ids=("c1",),
+        created_at=10.0,
+        updated_at=11.0,
+    )
+
+
+def test_checkpoint_store(tmp_path: Path) -> None:
+    store = LocalStorageCheckpointStore(FileStorage(tmp_path))
+    assert isinstance(store, CheckpointStore)
+    assert store.load("s1.turn-0") is None
+    assert store.keys("") == []
+    for key in ["s1.turn-2", "s1.turn-0", "s2.turn-0"]:
+        store.save(key, checkpoint(key))
+    assert store.load("s1.turn-2") == checkpoint("s1.turn-2")
+    assert store.keys("s1.") == ["s1.turn-0", "s1.turn-2"]
+    assert store.keys("") == ["s1.turn-0", "s1.turn-2", "s2.turn-0"]
+    assert store.keys("s1.turn-0.js") == []
+    assert (tmp_path / "checkpoints" / "s1.turn-0.json").is_file()
+    store.delete("s1.turn-0")
+    store.delete("s1.turn-0")
+    assert store.keys("s1") == ["s1.turn-2"]
+
+
+def test_checkpoint_store_takes_a_directory_and_reports_corruption(tmp_path: Path) -> None:
+    store = LocalStorageCheckpointStore(tmp_path)
+    path = tmp_path / "checkpoints" / "k.json"
+    path.parent.mkdir()
+    path.write_bytes(b'{"v":1,"key":')
+    with pytest.raises(StoreCorruptError) as info:
+        store.load("k")
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    assert path.read_bytes() == b'{"v":1,"key":'
+
+
+# --- approvals ----------------------------------------------------------------------------
+
+
+def test_approval_store_basics(tmp_path: Path) -> None:
+    store = StorageServiceApprovalStore(FileStorage(tmp_path))
+    assert isinstance(store, ApprovalStore)
+    store.create(record("late", created_at=3.0))
+    store.create(record("early", created_at=1.0))
+    store.create(record("other", session_id="s2", created_at=2.0))
+    assert store.get("early") == record("early", created_at=1.0)
+    assert store.get("missing") is None
+    assert store.get("../etc") is None
+    assert [r.id for r in store.list_pending()] == ["early", "other", "late"]
+    assert [r.id for r in store.list_pending("s1")] == ["early", "late"]
+    resolved = store.resolve("early", approved=False, reason="too much")
+    assert (resolved.status, resolved.reason) == ("denied", "too much")
+    assert resolved.resolved_at is not None
+    assert store.get("early") == resolved
+    assert [r.id for r in store.list_pending("s1")] == ["late"]
+    with pytest.raises(ApprovalAlreadyResolvedError) as already:
+        store.resolve("early", approved=True)
+    assert already.value.approval_id == "early"
+    for missing in ["nope", "../x"]:
+        with pytest.raises(ApprovalNotFoundError) as info:
+            store.resolve(missing, approved=True)
+        assert info.value.approval_id == missing
+        assert isinstance(info.value, KeyError)
+    with pytest.raises(StoreError, match="invalid approval id"):
+        store.create(record("a/b"))
+
+
+def test_eight_threads_resolve_once(tmp_path: Path) -> None:
+    store = StorageServiceApprovalStore(FileStorage(tmp_path))
+    store.create(record("ap"))
+    barrier = threading.Barrier(8)
+    outcomes: list[object] = []
+    lock = threading.Lock()
+
+    def racer(i: int) -> None:
+        barrier.wait(JOIN)
+        try:
+            result: object = store.resolve("ap", approved=i % 2 == 0, reason=f"r{i}")
+        except ApprovalAlreadyResolvedError as exc:
+            result = exc
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN)
+    winners = [o for o in outcomes if isinstance(o, ApprovalRecord)]
+    losers = [o for o in outcomes if isinstance(o, ApprovalAlreadyResolvedError)]
+    assert len(winners) == 1 and len(losers) == 7
+    assert all(e.approval_id == "ap" for e in losers)
+    assert store.get("ap") == winners[0]
+
+
+def _resolve_worker(root: str, name: str, ids: list[str], barrier: Any, results: Any) -> None:
+    store = StorageServiceApprovalStore(FileStorage(root))
+    barrier.wait(JOIN)
+    won = []
+    for id in ids:
+        try:
+            store.resolve(id, approved=True, reason=name)
+            won.append(id)
+        except ApprovalAlreadyResolvedError:
+            pass
+    results.put((name, won))
+
+
+def test_two_processes_resolve_once(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path)
+    store = StorageServiceApprovalStore(storage)
+    ids = [f"ap{i:02d}" for i in range(20)]
+    for id in ids:
+        store.create(record(id))
+    barrier = SPAWN.Barrier(2)
+    results = SPAWN.Queue()
+    procs = [
+        SPAWN.Process(target=_resolve_worker, args=(str(tmp_path), name, ids, barrier, results))
+        for name in ["w1", "w2"]
+    ]
+    for p in procs:
+        p.start()
+    won = dict(results.get(timeout=JOIN) for _ in procs)
+    for p in procs:
+        p.join(JOIN)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert sorted(won["w1"] + won["w2"]) == ids  # every id won exactly once
+    for id in ids:
+        stored = store.get(id)
+        assert stored is not None and stored.status == "approved"
+        assert stored.reason == ("w1" if id in won["w1"] else "w2")
+    assert store.list_pending() == []
