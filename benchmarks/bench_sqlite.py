@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from lousho_sync.codec import dumps_message
 from lousho_sync.messages import Message
@@ -42,7 +43,10 @@ def _median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
-def _time_each(fn: Callable[[int], None], count: int) -> list[float]:
+Turn = Callable[[int], None]
+
+
+def _time_each(fn: Turn, count: int) -> list[float]:
     out = []
     for i in range(count):
         start = time.perf_counter()
@@ -51,8 +55,20 @@ def _time_each(fn: Callable[[int], None], count: int) -> list[float]:
     return out
 
 
-def floor_us(directory: Path, synchronous: str, turns: int) -> float:
-    """A plain sqlite3 INSERT (two rows) + COMMIT loop in WAL mode."""
+def _interleaved(fns: list[Turn], count: int) -> list[list[float]]:
+    """Time ``count`` calls of each function, round-robin, so disk noise hits all alike."""
+    out: list[list[float]] = [[] for _ in fns]
+    for i in range(count):
+        for k in range(len(fns)):
+            j = (i + k) % len(fns)
+            start = time.perf_counter()
+            fns[j](i)
+            out[j].append(time.perf_counter() - start)
+    return out
+
+
+def floor_turn(directory: Path, synchronous: str) -> tuple[Turn, sqlite3.Connection]:
+    """A plain sqlite3 INSERT (the same two rows, pre-encoded) + COMMIT, in WAL mode."""
     path = directory / f"floor-{synchronous}.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -62,19 +78,16 @@ def floor_us(directory: Path, synchronous: str, turns: int) -> float:
 
     def turn(i: int) -> None:
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO t VALUES (1, ?, ?)", [(2 * i, rows[0]), (2 * i + 1, rows[1])]
-        )
+        conn.executemany("INSERT INTO t VALUES (1, ?, ?)", [(2 * i, rows[0]), (2 * i + 1, rows[1])])
         conn.execute("COMMIT")
 
-    _time_each(turn, 20)  # warm up
-    samples = _median_us(_time_each(turn, turns))
-    conn.close()
-    return samples
+    return turn, conn
 
 
-def append_us(store: SqliteStore, size: int, turns: int) -> float:
-    """Median append cost with ``size`` messages already stored (sessions barely grow)."""
+def append_turn(store: SqliteStore, size: int, turns: int) -> Turn:
+    """One append with ``size`` messages already stored, round-robin over up to 10,000 //
+    ``size`` sessions so each barely grows during the run (10 -> at most 16 messages,
+    1,000 and 10,000 by under 10%)."""
     sessions = max(1, min(turns, 10_000 // size))
     ids = [f"n{size}-{k}" for k in range(sessions)]
     prefill = [USER, ASSISTANT] * (size // 2)
@@ -82,14 +95,13 @@ def append_us(store: SqliteStore, size: int, turns: int) -> float:
     for sid in ids:
         store.sessions.save(sid, prefill)
         lengths[sid] = len(prefill)
-    _checkpoint(store.path)  # start from an empty WAL: time the appends, not the prefill
 
     def turn(i: int) -> None:
         sid = ids[i % sessions]
         store.sessions.append(sid, TURN, expected_length=lengths[sid])
         lengths[sid] += 2
 
-    return _median_us(_time_each(turn, turns))
+    return turn
 
 
 def _checkpoint(path: str) -> None:
@@ -143,20 +155,33 @@ def main() -> None:
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="lousho-bench-", dir=args.dir))
     try:
-        encode = _median_us(_time_each(lambda i: [dumps_message(m) for m in TURN], 2_000))
+
+        def encode_turn(i: int) -> None:
+            for m in TURN:
+                dumps_message(m)
+
+        encode = _median_us(_time_each(encode_turn, 2_000))
         print(f"files in {directory}; encoding the two messages: {encode:.1f} µs\n")
-        print(f"{'synchronous':<12}{'floor':>9}" + "".join(f"{n:>10,}" for n in SIZES) + "  late/early")
+        print(
+            f"{'synchronous':<12}{'floor':>9}"
+            + "".join(f"{n:>10,}" for n in SIZES)
+            + "  late/early"
+        )
+        synchronous: Literal["full", "normal"]
         for synchronous in ("full", "normal"):
             turns = args.turns or (400 if synchronous == "full" else 3_000)
-            floor = floor_us(directory, synchronous, turns)
             path = directory / f"store-{synchronous}.db"
-            with SqliteStore(path, synchronous=synchronous) as store:  # type: ignore[arg-type]
-                append_us(store, 10, 50)  # warm up
-                cells = [append_us(store, n, turns) for n in SIZES]
+            with SqliteStore(path, synchronous=synchronous) as store:
+                floor, conn = floor_turn(directory, synchronous)
+                fns = [floor] + [append_turn(store, n, turns) for n in SIZES]
+                _checkpoint(store.path)  # start from an empty WAL: time turns, not prefill
+                _interleaved(fns, 20)  # warm up
+                floor_us, *cells = [_median_us(t) for t in _interleaved(fns, turns)]
+                conn.close()
                 if synchronous == "normal":
                     load, select = load_ms(store, path)
             row = "".join(f"{c:>10.1f}" for c in cells)
-            print(f"{synchronous:<12}{floor:>9.1f}{row}  {cells[-1] / cells[0]:>10.2f}")
+            print(f"{synchronous:<12}{floor_us:>9.1f}{row}  {cells[-1] / cells[0]:>10.2f}")
         print("(median µs per turn: one append of a user + an assistant message)\n")
         print(f"load of a 10,000-message session: {load:.1f} ms (plain SELECT: {select:.1f} ms)")
         per_1000, payload = size_per_1000(directory)

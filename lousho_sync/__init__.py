@@ -72,6 +72,12 @@ from .stores.base import (
     SessionStore,
     StorageService,
 )
+from .stores.files import (
+    FileSessionStore,
+    FileStorage,
+    LocalStorageCheckpointStore,
+    StorageServiceApprovalStore,
+)
 from .stores.memory import (
     InMemoryApprovalStore,
     MemoryCheckpointStore,
@@ -105,6 +111,8 @@ __all__ = [
     "Event",
     "ExecutionResult",
     "FilePart",
+    "FileSessionStore",
+    "FileStorage",
     "ImagePart",
     "InMemoryApprovalStore",
     "InputApplied",
@@ -112,6 +120,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSessionIdError",
     "Limits",
+    "LocalStorageCheckpointStore",
     "LoushoError",
     "MemoryCheckpointStore",
     "MemorySessionStore",
@@ -140,9 +149,10 @@ __all__ = [
     "SessionEvent",
     "SessionStore",
     "Signal",
+    "Step",
     "StepStart",
     "StorageService",
-    "Step",
+    "StorageServiceApprovalStore",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",

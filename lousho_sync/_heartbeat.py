@@ -57,7 +57,8 @@ class _Heartbeat:
                     due = self._heap[0][0] - time.monotonic()
                     if due <= 0:
                         _, token, interval, fn = heapq.heappop(self._heap)
-                        heapq.heappush(self._heap, (time.monotonic() + interval, token, interval, fn))
+                        again = (time.monotonic() + interval, token, interval, fn)
+                        heapq.heappush(self._heap, again)
                         break
                     self._cond.wait(due)
             try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 import weakref
 from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from .errors import ApprovalNotFoundError, ConfigError
+from .errors import ConfigError
 from .events import RunEvent
 from .executor import ApproveCallback, TurnConfig, TurnControl, TurnState, run_turn
 from .inputs import InputLike, to_messages

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from . import _loop
-from .errors import AbortedError, LoushoError, PropagatingToolError, ProviderError
+from .errors import AbortedError, LoushoError, ProviderError
 from .events import (
     ApprovalRequested,
     InputApplied,
@@ -287,10 +287,10 @@ def run_turn(
     aborted turns delete it; failed turns mark it ``interrupted`` and re-raise.
     """
     ev = _Emit(ctl)
-    yield ev(RunStart, session_id=state.session_id, input=state.input)
+    if not resumed:
+        _save(cfg, state, ctl, "running")  # the turn is durable before run.start
     try:
-        if not resumed:
-            _save(cfg, state, ctl, "running")
+        yield ev(RunStart, session_id=state.session_id, input=state.input)
         result = yield from _steps(cfg, ctl, state, history, ev)
     except BaseException as exc:
         if ctl.signal.aborted or isinstance(exc, (_Aborted, GeneratorExit)):
@@ -372,9 +372,8 @@ def _steps(
             if outcome is not None:
                 ctl.close()
                 return _result(state, ctl, "limit", exceeded=outcome)
-        elif _loop.ends_with_answer(state.recorded):
-            if ctl.close_if_idle():
-                return _result(state, ctl, finish)
+        elif _loop.ends_with_answer(state.recorded) and ctl.close_if_idle():
+            return _result(state, ctl, finish)
         exceeded = _limit_model(cfg.limits, used) or _limit_model(
             cfg.session_limits, cfg.session_used + used
         )
@@ -501,10 +500,9 @@ def _run_calls(
             _save(cfg, state, ctl, "running")
             return None
         tool = cfg.tools.get(call.name)
-        if call.id in state.started:
-            if tool is not None and tool.on_interrupted == "report":
-                yield from _record(cfg, ctl, state, call, _IN_DOUBT.format(call=call), True, ev)
-                continue
+        if call.id in state.started and tool is not None and tool.on_interrupted == "report":
+            yield from _record(cfg, ctl, state, call, _IN_DOUBT.format(call=call), True, ev)
+            continue
         decision = decisions.get(call.id)
         if decision is None and tool is not None and tool.validate(call.arguments) is None:
             needs = tool.requires_approval(call.arguments)
@@ -527,9 +525,8 @@ def _run_calls(
         yield ev(ToolCallStart, call=call)
         state.started.append(call.id)
         _save(cfg, state, ctl, "running")
-        text, is_error = run_tool(
-            tool, call, context=ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
-        )
+        context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
+        text, is_error = run_tool(tool, call, context=context)
         if ctl.signal.aborted:
             raise _Aborted
         used = used.add(tool_calls=1)

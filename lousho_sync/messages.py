@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, TypeAlias
-
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -129,11 +128,17 @@ def _content(value: object) -> Content:
     )
 
 
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
 def _role(_inst: object, _attr: object, value: object) -> None:
     if value not in _ROLES:
         from .errors import InvalidInputError
 
-        raise InvalidInputError(f"message role must be 'user', 'assistant' or 'tool', got {value!r}")
+        raise InvalidInputError(
+            f"message role must be 'user', 'assistant' or 'tool', got {value!r}"
+        )
 
 
 @attrs.frozen(slots=True)
@@ -148,7 +153,7 @@ class Message:
 
     role: Role = attrs.field(validator=_role)
     content: Content = attrs.field(default="", converter=_content)
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
     tool_call_id: str | None = None
     is_error: bool = False
     usage: Usage | None = None

@@ -250,7 +250,8 @@ class Session:
         control = TurnControl()
         control.close()
         ticket = self._enqueue(control)
-        return _drive(self._turn_driver(ticket, None, signal, None))
+        result: ExecutionResult | None = _drive(self._turn_driver(ticket, None, signal, None))
+        return result
 
     def _start(
         self, msgs: tuple[Message, ...], signal: Signal | None, approve: ApproveCallback | None
@@ -322,8 +323,7 @@ class Session:
             at = next((i for i, t in enumerate(st.waiting) if t.seq > seq), len(st.waiting))
             st.waiting.insert(at, ticket)
             st.cond.notify_all()
-        result = yield from self._turn_driver(ticket, msgs, signal, approve)
-        assert result is not None
+        result: ExecutionResult = yield from self._turn_driver(ticket, msgs, signal, approve)
         return result
 
     def _turn_driver(
@@ -457,11 +457,12 @@ class Session:
     def _sync(self) -> None:
         """Make the cached transcript current (called holding the turn slot)."""
         st = self._state
-        if not st.loaded:
+        if not st.loaded or (
+            st.shared_lease
+            and st.has_revision
+            and self._sessions.revision(self._id) != st.revision  # type: ignore[attr-defined]
+        ):
             self._reload()
-        elif st.shared_lease and st.has_revision:
-            if self._sessions.revision(self._id) != st.revision:  # type: ignore[attr-defined]
-                self._reload()
 
     def _key(self) -> str:
         return f"{self._id}.turn-{len(self._state.messages)}"
@@ -516,7 +517,8 @@ class Session:
         unlink = control.signal.add_callback(lambda: inner.abort(control.signal.reason))
         try:
             state = TurnState.from_checkpoint(cp)
-            return _drive(self._run(inner, state, None, resumed=True))
+            result: ExecutionResult = _drive(self._run(inner, state, None, resumed=True))
+            return result
         finally:
             unlink()
 
@@ -531,7 +533,8 @@ class Session:
             turn_index=n,
             input=msgs,
         )
-        return (yield from self._run(control, state, approve))
+        result: ExecutionResult = yield from self._run(control, state, approve)
+        return result
 
     def _config(self, approve: ApproveCallback | None) -> TurnConfig:
         return self._agent._turn_config(

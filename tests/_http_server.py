@@ -12,10 +12,11 @@ import select
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 FIXTURES = Path(__file__).parent / "provider_fixtures"
 _HANDLER_WAIT_S = 10.0
@@ -39,6 +40,9 @@ class Reply:
     cut: bool = False
     hold: bool = False
     hang: bool = False
+
+
+Responder: TypeAlias = "Reply | Callable[[Recorded], Reply]"
 
 
 @dataclass
@@ -95,8 +99,8 @@ class FakeServer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._replies: deque[Reply] = deque()
-        self.default: Reply | None = None
+        self._replies: deque[Responder] = deque()
+        self.default: Responder | None = None
         self._requests: list[Recorded] = []
         self.client_gone = threading.Event()
         self.answered = threading.Event()
@@ -124,7 +128,8 @@ class FakeServer:
         with self._lock:
             return list(self._requests)
 
-    def push(self, *replies: Reply) -> None:
+    def push(self, *replies: Responder) -> None:
+        """Queue answers: a Reply, or a function of the request returning one."""
         with self._lock:
             self._replies.extend(replies)
 
@@ -135,7 +140,7 @@ class FakeServer:
         self.received.set()
         if reply is None:
             return json_reply({"error": {"message": "no reply scripted"}}, 599)
-        return reply
+        return reply if isinstance(reply, Reply) else reply(rec)
 
     def close(self) -> None:
         self._stop.set()

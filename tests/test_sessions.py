@@ -172,7 +172,7 @@ def test_wait_runs_turns_one_after_another_in_call_order() -> None:
     t1, r1 = in_thread(lambda: session.send("q1"))
     wait(first.started, "first model call")
     run2 = session.stream("q2")  # joins the queue now, before iteration
-    t3, r3 = in_thread(lambda: session.send("q3"))
+    t3, _r3 = in_thread(lambda: session.send("q3"))
     first.release.set()
     result2 = run2.result(timeout=WAIT)
     t1.join(WAIT)
@@ -286,7 +286,7 @@ def test_reject_raises_while_busy_and_leaves_the_running_turn() -> None:
     first = Gated("a1")
     provider = ScriptedProvider([first], default=echo)
     session = create_agent(provider=provider).session(turn_policy="reject")
-    t1, r1 = in_thread(lambda: session.send("q1"))
+    t1, _r1 = in_thread(lambda: session.send("q1"))
     wait(first.started, "first model call")
     with pytest.raises(SessionBusyError) as info:
         session.send("q2")

@@ -338,6 +338,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     assert f"version {SCHEMA_VERSION + 41}" in message and f"version {SCHEMA_VERSION}" in message
     conn = raw(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 41
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # not switched to WAL
     conn.close()
 
 
@@ -596,6 +597,58 @@ def test_lease_of_killed_process_is_taken_over_at_once(store: SqliteStore, db_pa
         if child.poll() is None:
             child.kill()
         child.communicate(timeout=TIMEOUT)
+
+
+CRASH_WORKER = r"""
+import os, sys
+from lousho_sync import ScriptedProvider, create_agent, tool
+from lousho_sync.providers.scripted import Step
+from lousho_sync.sqlite import SqliteStore
+
+path, mode = sys.argv[1], sys.argv[2]
+
+@tool
+def charge(amount: int) -> str:
+    "Charge the card."
+    if mode == "crash":
+        os._exit(17)  # the process dies while the tool runs
+    return f"charged {amount}"
+
+store = SqliteStore(path)
+if mode == "crash":
+    provider = ScriptedProvider([Step(tool_calls=[("charge", {"amount": 5})]), "unused"])
+else:
+    provider = ScriptedProvider(["done"])
+session = create_agent(provider=provider, tools=[charge], store=store).session(id="buyer")
+if mode == "crash":
+    session.send("buy it")
+else:
+    print(session.pending().status, flush=True)
+    result = session.resume()
+    print(result.text, flush=True)
+"""
+
+
+def test_turn_crashed_in_one_process_resumes_in_another(db_path: Path) -> None:
+    def run(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", CRASH_WORKER, str(db_path), mode],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+
+    crashed = run("crash")
+    assert crashed.returncode == 17, crashed.stderr
+    resumed = run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.split("\n")[:2] == ["interrupted", "done"]
+    with SqliteStore(db_path) as s:
+        messages = s.sessions.load("buyer")
+        assert messages is not None
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert messages[2].content == "charged 5"
+        assert s.checkpoints.keys("") == []
 
 
 # --- threads ---------------------------------------------------------------------------------

@@ -743,8 +743,14 @@ class ResponseBuilder:
             return None
         return ModelToolCallDelta(index, new_id, new_name, self._secret.redact(piece))
 
-    def build(self, finish_map: Mapping[str, str]) -> ModelResponse:
-        """The whole answer; ``finish_map`` maps the provider's reasons to lousho's."""
+    def build(
+        self, finish_map: Mapping[str, str], plain: frozenset[str] = frozenset()
+    ) -> ModelResponse:
+        """The whole answer; ``finish_map`` maps the provider's reasons to lousho's.
+
+        A provider reason not in ``plain`` is kept in ``message.metadata["finish_reason"]``
+        (e.g. ``content_filter``, ``refusal``), since the mapping loses it.
+        """
         raw = self.finish_reason
         mapped = finish_map.get(raw, "stop") if raw is not None else "stop"
         calls = tuple(self._call(i, mapped) for i in sorted(self._calls))
@@ -753,7 +759,7 @@ class ResponseBuilder:
         elif not calls and mapped == "tool_calls":
             mapped = "stop"
         usage = Usage(self.input_tokens, self.output_tokens, self.cost_usd)
-        metadata = {"finish_reason": raw} if raw is not None and raw != mapped else {}
+        metadata = {"finish_reason": raw} if raw is not None and raw not in plain else {}
         text = self._secret.redact("".join(self._text))
         message = Message(
             "assistant", text, tool_calls=cast(Any, calls), usage=usage, metadata=metadata

@@ -26,6 +26,7 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 _NAME = "anthropic"
+_PLAIN = frozenset(("end_turn", "max_tokens", "tool_use"))
 _FINISH = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -162,7 +163,7 @@ class AnthropicProvider:
                 events.append(builder.tool_call(n_calls, block.get("id"), block.get("name"), args))
                 n_calls += 1
         builder.finish_reason = data.get("stop_reason")
-        response = builder.build(_FINISH)
+        response = builder.build(_FINISH, _PLAIN)
         yield from (e for e in events if e is not None)
         yield ModelDone(response)
 
@@ -196,7 +197,7 @@ class AnthropicProvider:
                 _apply_usage(data.get("usage"), builder, usage)
             elif kind == "message_stop":
                 body.drain()
-                yield ModelDone(builder.build(_FINISH))
+                yield ModelDone(builder.build(_FINISH, _PLAIN))
                 return
             # ping, content_block_stop and unknown events carry nothing for us
         raise ProviderError(

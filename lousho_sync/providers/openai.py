@@ -26,6 +26,7 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NAME = "openai"
+_PLAIN = frozenset(("stop", "length", "tool_calls"))
 _FINISH = {
     "stop": "stop",
     "length": "length",
@@ -157,7 +158,7 @@ class OpenAIProvider:
         builder = self._builder()
         data = body.json()
         events = [e for e in _apply_completion(data, builder) if e is not None]
-        response = builder.build(_FINISH)
+        response = builder.build(_FINISH, _PLAIN)
         yield from events
         yield ModelDone(response)
 
@@ -169,14 +170,14 @@ class OpenAIProvider:
         for event in body.sse():
             if event.data.strip() == "[DONE]":
                 body.drain()
-                yield ModelDone(builder.build(_FINISH))
+                yield ModelDone(builder.build(_FINISH, _PLAIN))
                 return
             for delta in _apply_chunk(body.parse(event.data), builder):
                 if delta is not None:
                     yield delta
         if builder.finish_reason is not None:
             _log.debug("%s: stream ended after finish_reason without [DONE]", _NAME)
-            yield ModelDone(builder.build(_FINISH))
+            yield ModelDone(builder.build(_FINISH, _PLAIN))
             return
         raise ProviderError(
             f"{_NAME}: the stream ended before [DONE] (truncated answer)",

@@ -14,7 +14,7 @@ Optional capabilities, detected on the store object:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -45,6 +45,14 @@ def _map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return {} if value is None else dict(value)
 
 
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _strs(value: Iterable[str]) -> tuple[str, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class Checkpoint:
     """The state of an unfinished turn, written after every model response and tool result
@@ -62,11 +70,11 @@ class Checkpoint:
     session_id: str | None
     run_id: str
     turn_index: int = 0
-    input: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
-    recorded: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
-    started_call_ids: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    queued_inputs: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
-    pending_approval_ids: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    input: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    recorded: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    started_call_ids: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    queued_inputs: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    pending_approval_ids: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     usage: Usage = Usage()
     status: Literal["running", "interrupted", "awaiting-approval"] = "running"
     created_at: float = attrs.field(factory=now)

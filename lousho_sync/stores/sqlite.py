@@ -186,10 +186,11 @@ class _Db:
 
     def _setup(self, conn: _Conn) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        current = self._version(conn)  # first, so a newer file is refused before any write
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        if self._version(conn) == SCHEMA_VERSION:
+        if current == SCHEMA_VERSION:
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -461,7 +462,7 @@ class SqliteSessionStore:
 
         taken = self._db.run("take over a lease", take_over, id)
         if taken:
-            _log.warning("session %s: took over the lease of dead owner %s", id, holder)
+            _log.info("session %s: took over the lease of dead owner %s", id, holder)
         return taken
 
     def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
@@ -713,7 +714,7 @@ class SqliteStore:
         if not older_than_s >= 0:
             raise ConfigError(f"older_than_s must be >= 0, got {older_than_s!r}")
 
-        def prune(c: _Conn) -> PruneResult:
+        def delete_old(c: _Conn) -> PruneResult:
             now = time.time()
             cutoff = now - older_than_s
             stale = (
@@ -732,7 +733,7 @@ class SqliteStore:
             c.execute("COMMIT")
             return result
 
-        return self._db.run("prune", prune)
+        return self._db.run("prune", delete_old)
 
     def close(self) -> None:
         """Close the database (idempotent)."""
