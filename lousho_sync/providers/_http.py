@@ -330,13 +330,24 @@ class _Adapter(HTTPAdapter):
         return manager
 
 
-def _new_session() -> requests.Session:
-    session = requests.Session()
-    adapter = _Adapter(pool_connections=4, pool_maxsize=4, max_retries=0)
-    session.mount("https://", adapter)
-    session.mount("http://", adapter)
-    session.headers["User-Agent"] = "lousho-python"
-    return session
+class _SessionHolder:
+    """One thread's Session; closed when the thread (or the client) lets go of it."""
+
+    __slots__ = ("__weakref__", "session")
+
+    def __init__(self) -> None:
+        session = requests.Session()
+        adapter = _Adapter(pool_connections=4, pool_maxsize=4, max_retries=0)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        session.headers["User-Agent"] = "lousho-python"
+        self.session = session
+
+    def __del__(self) -> None:
+        try:
+            self.session.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
 
 
 # --- Response bodies ----------------------------------------------------------------
@@ -352,6 +363,7 @@ class Body:
         self._resp = resp
         self._tracker = tracker
         self._client = client
+        self._reader: Iterator[bytes] | None = None
 
     @property
     def is_json(self) -> bool:
@@ -360,7 +372,12 @@ class Body:
         return ctype.split(";")[0].strip().lower() == "application/json"
 
     def chunks(self) -> Iterator[bytes]:
-        """The body as it arrives."""
+        """The body as it arrives (one reader per body: later calls continue it)."""
+        if self._reader is None:
+            self._reader = self._read()
+        return self._reader
+
+    def _read(self) -> Iterator[bytes]:
         raw = self._resp.raw
         try:
             if raw.chunked and raw.supports_chunked_reads():
@@ -416,7 +433,8 @@ class HttpClient:
     """POSTs JSON for one provider, with retries, timeouts and abort.
 
     Thread-safe: each thread gets its own ``requests.Session`` (created on first use and
-    closed when the thread ends or on :meth:`close`); ``_lock`` guards the set of sessions.
+    closed when the thread ends, when the client is collected, or on :meth:`close`);
+    ``_lock`` guards the set of sessions.
     """
 
     def __init__(
@@ -455,24 +473,23 @@ class HttpClient:
         self.max_retry_after_s = max_retry_after_s
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._sessions: weakref.WeakSet[requests.Session] = weakref.WeakSet()
+        self._holders: weakref.WeakSet[_SessionHolder] = weakref.WeakSet()
 
     def _session(self) -> requests.Session:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = _new_session()
-            self._local.session = session
+        holder: _SessionHolder | None = getattr(self._local, "holder", None)
+        if holder is None:
+            holder = _SessionHolder()
+            self._local.holder = holder
             with self._lock:
-                self._sessions.add(session)
-            weakref.finalize(threading.current_thread(), session.close)
-        return session
+                self._holders.add(holder)
+        return holder.session
 
     def close(self) -> None:
         """Close every pooled connection (idempotent; later calls open new ones)."""
         with self._lock:
-            sessions = list(self._sessions)
-        for session in sessions:
-            session.close()
+            holders = list(self._holders)
+        for holder in holders:
+            holder.session.close()
 
     def post(
         self,
@@ -579,6 +596,7 @@ class HttpClient:
         """A :class:`ProviderError` for a timeout, refused connection or broken stream."""
         where = safe_url(url)
         retryable = not isinstance(exc, requests.exceptions.SSLError)
+        error_type = "timeout"
         if isinstance(exc, requests.exceptions.ConnectTimeout):
             what = f"could not connect to {where} within {self.connect_timeout:g}s"
         elif isinstance(
@@ -587,13 +605,15 @@ class HttpClient:
         ):
             what = f"no data from {where} for {self.timeout:g}s (read timeout)"
         elif reading:
+            error_type = "connection_error"
             what = f"the connection to {where} broke while reading the response"
         else:
+            error_type = "connection_error"
             what = f"could not reach {where}"
         detail = self.secret.redact(str(exc))
         return ProviderError(
             f"{self.provider}: {what}: {detail}",
-            error_type="timeout" if "timeout" in what else "connection_error",
+            error_type=error_type,
             retryable=retryable,
             provider=self.provider,
         )
