@@ -9,8 +9,6 @@ from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from .errors import ConfigError
 from .events import RunEvent
 from .executor import ApproveCallback, TurnConfig, TurnControl, TurnState, run_turn
@@ -115,14 +113,23 @@ class Agent:
         session_limits: Limits | None = None,
         session_used: Counters = Counters(),
         approve: ApproveCallback | None = None,
+        durable: bool = True,
     ) -> TurnConfig:
-        return attrs.evolve(
-            self._base,
+        base = self._base
+        return TurnConfig(
+            provider=base.provider,
+            system=base.system,
+            tools=base.tools,
+            tool_specs=base.tool_specs,
+            settings=base.settings,
+            limits=base.limits,
+            prices=base.prices,
             checkpoint_store=checkpoints,
             approval_store=approvals,
             session_limits=session_limits,
             session_used=session_used,
             approve=approve,
+            durable=durable,
         )
 
     # --- single turns --------------------------------------------------------------------------
@@ -174,7 +181,7 @@ class Agent:
             key = session_id if session_id is not None else f"run-{control.run_id}"
             state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
             cfg = self._turn_config(checkpoints=store, approvals=self.approval_store,
-                                    approve=approve)
+                                    approve=approve, durable=session_id is not None)
             result = yield from run_turn(cfg, control, state, ())
             if result.finish_reason not in ("awaiting-approval", "aborted"):
                 store.delete(key)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
-import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +72,8 @@ class TurnConfig:
     checkpoint_store: CheckpointStore | None = None
     approval_store: ApprovalStore | None = None
     approve: ApproveCallback | None = None
+    durable: bool = True
+    """False: write a checkpoint only to pause on an approval (one-shot runs without an id)."""
 
     @property
     def cost_required(self) -> bool:
@@ -149,7 +151,7 @@ class TurnControl:
     """
 
     def __init__(self, run_id: str | None = None) -> None:
-        self.run_id = run_id or uuid.uuid4().hex
+        self.run_id = run_id or new_id()
         self.controller = AbortController()
         self.signal = self.controller.signal
         self._seq = itertools.count()
@@ -264,11 +266,18 @@ class TurnControl:
         self.controller.abort(reason)
 
 
+def new_id() -> str:
+    """A random 128-bit id as 32 hex digits (what uuid4().hex looks like, cheaper)."""
+    return os.urandom(16).hex()
+
+
 class _Aborted(Exception):
     pass
 
 
 def _save(cfg: TurnConfig, state: TurnState, ctl: TurnControl, status: str) -> None:
+    if not cfg.durable and status != "awaiting-approval":
+        return
     if cfg.checkpoint_store is not None and state.key is not None:
         cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
 
@@ -390,7 +399,10 @@ def _steps(
         )
         message = response.message
         if message.usage is not usage:
-            message = attrs.evolve(message, usage=usage)
+            message = Message(
+                message.role, message.content, message.tool_calls, message.tool_call_id,
+                message.is_error, usage, message.metadata, extra=message.extra,
+            )
         state.recorded.append(message)
         state.usage = state.usage + usage
         used = used.add(steps=1, usage=usage)
@@ -593,7 +605,7 @@ def _ask(
             if record is not None and record.call.id == call.id:
                 return None  # still pending
     record = ApprovalRecord(
-        id=uuid.uuid4().hex,
+        id=new_id(),
         session_id=state.session_id,
         checkpoint_key=state.key or "",
         call=call,

@@ -46,7 +46,7 @@ class AgentRun:
         self._on_discard = on_discard
         self._lock = threading.Lock()
         self._drive_lock = threading.Lock()
-        self._done = threading.Event()
+        self._done = _Latch()
         self._pending: deque[RunEvent] = deque()
         self._result: ExecutionResult | None = None
         self._error: BaseException | None = None
@@ -210,3 +210,34 @@ class AgentRun:
         state = "done" if self.done else "running"
         return f"<AgentRun {self.run_id} {state}>"
 
+
+
+class _Latch:
+    """A one-way flag; the Event behind ``wait`` is made only when someone waits."""
+
+    __slots__ = ("_event", "_lock", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+        self._lock = threading.Lock()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with self._lock:
+            self._set = True
+            if self._event is not None:
+                self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._set:
+                    self._event.set()
+            event = self._event
+        return event.wait(timeout)

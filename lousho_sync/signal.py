@@ -23,18 +23,19 @@ class Signal:
     in the aborting thread (or at once in the registering thread if already aborted).
     """
 
-    __slots__ = ("__weakref__", "_callbacks", "_event", "_lock", "_reason")
+    __slots__ = ("__weakref__", "_aborted", "_callbacks", "_event", "_lock", "_reason")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        self._aborted = False
+        self._event: threading.Event | None = None  # made on the first wait()
         self._reason: object = None
         self._callbacks: list[Callable[[], object]] = []
 
     @property
     def aborted(self) -> bool:
         """True once aborted."""
-        return self._event.is_set()
+        return self._aborted
 
     @property
     def reason(self) -> object:
@@ -43,17 +44,25 @@ class Signal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until aborted or ``timeout`` seconds pass; returns ``aborted``."""
-        return self._event.wait(timeout)
+        if self._aborted:
+            return True
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._aborted:
+                    self._event.set()
+            event = self._event
+        return event.wait(timeout)
 
     def raise_if_aborted(self) -> None:
         """Raise :class:`AbortedError` if aborted."""
-        if self._event.is_set():
+        if self._aborted:
             raise AbortedError(f"aborted: {self._reason}", reason=self._reason)
 
     def add_callback(self, fn: Callable[[], object]) -> Callable[[], None]:
         """Run ``fn`` once on abort (now, if already aborted). Returns a remover."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._aborted:
                 self._callbacks.append(fn)
 
                 def remove() -> None:
@@ -69,10 +78,12 @@ class Signal:
 
     def _abort(self, reason: object) -> bool:
         with self._lock:
-            if self._event.is_set():
+            if self._aborted:
                 return False
             self._reason = reason
-            self._event.set()
+            self._aborted = True
+            if self._event is not None:
+                self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             _run_callback(fn)
