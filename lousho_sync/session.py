@@ -667,8 +667,9 @@ class Session:
                         session_id=self._id,
                     )
             self._sessions.save(self._id, [])
-            if cp is not None:
-                self._drop_checkpoint(cp.key)
+            if self._checkpoints is not None:  # the pending turn, and any stale ones
+                for key in self._checkpoints.keys(f"{self._id}.turn-"):
+                    self._checkpoints.delete(key)
             st = self._state
             revision = self._sessions.revision(self._id) if st.has_revision else None  # type: ignore[attr-defined]
             with st.lock:
