@@ -16,9 +16,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crash_child import make_store  # noqa: E402
+from crash_child import make_store
 
-from lousho_sync import (  # noqa: E402
+from lousho_sync import (
     ApprovalAlreadyResolvedError,
     ModelRequest,
     ScriptedProvider,

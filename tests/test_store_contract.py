@@ -193,7 +193,9 @@ def test_leases_where_offered(store: Any) -> None:
 
 
 # --- through an agent -------------------------------------------------------------------------------
-def test_a_new_agent_over_the_same_store_sees_the_history(store: Any, tmp_path: Path) -> None:
+def test_a_new_agent_over_the_same_store_sees_the_history(
+    store: Any, tmp_path: Path
+) -> None:
     provider = ScriptedProvider(default=lambda r: f"{len(list(r.messages))} messages seen")
     create_agent(provider=provider, store=store).session(id="u").send("hello")
     again = create_agent(provider=provider, store=_reopen(store, tmp_path)).session(id="u")
