@@ -175,7 +175,7 @@ def test_approvals_resolve_once(store: Any, tmp_path: Path) -> None:
     assert [r.id for r in again.list_pending("s")] == ["a2"]
 
 
-# --- leases ---------------------------------------------------------------------------------------
+# --- leases ---
 def test_leases_where_offered(store: Any) -> None:
     s = store.sessions
     if not hasattr(s, "acquire_lease"):
@@ -192,7 +192,7 @@ def test_leases_where_offered(store: Any) -> None:
     s.release_lease("a", owner=other)
 
 
-# --- through an agent -------------------------------------------------------------------------------
+# --- through an agent ---
 def test_a_new_agent_over_the_same_store_sees_the_history(
     store: Any, tmp_path: Path
 ) -> None:
