@@ -141,7 +141,7 @@ def _chat(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
             out.write(f"  (compacted {before} -> {len(session.messages)} messages)\n")
             continue
         run = session.stream(text)
-        previous = signal.signal(signal.SIGINT, lambda *_: run.abort("Ctrl-C"))
+        previous = signal.signal(signal.SIGINT, lambda *_, r=run: r.abort("Ctrl-C"))
         try:
             out.write("agent> ")
             for event in run:
