@@ -58,6 +58,9 @@ from .providers.base import (
     Provider,
     ToolSpec,
 )
+from .providers.anthropic import AnthropicProvider
+from .providers.openai import OpenAIProvider
+from .providers.registry import register_provider, resolve_model
 from .providers.scripted import ScriptedProvider, Step
 from .results import ExecutionResult, PendingTurn, PruneResult
 from .run import AgentRun
@@ -95,6 +98,7 @@ __all__ = [
     "AgentExecutor",
     "AgentRun",
     "AgentStore",
+    "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
     "ApprovalRecord",
@@ -131,6 +135,7 @@ __all__ = [
     "ModelResponse",
     "ModelTextDelta",
     "ModelToolCallDelta",
+    "OpenAIProvider",
     "PendingTurn",
     "Price",
     "PropagatingToolError",
@@ -172,5 +177,7 @@ __all__ = [
     "UsageEvent",
     "create_agent",
     "memory_store",
+    "register_provider",
+    "resolve_model",
     "tool",
 ]

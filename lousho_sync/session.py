@@ -119,6 +119,8 @@ class _SessionState:
         self.owner = make_owner()
         self.seq = itertools.count()
         self.shared_lease = hasattr(store, "acquire_lease")
+        self.lease_held = False
+        self.commit_turn = getattr(store, "commit_turn", None)
         self.has_revision = hasattr(store, "revision")
 
 
@@ -420,6 +422,7 @@ class Session:
             ):
                 if control is not None and control.signal.aborted:
                     raise _WaitAborted
+        st.lease_held = True
         cancel = HEARTBEAT.add(
             lambda: store.renew_lease(self._id, owner=st.owner, ttl_s=ttl), ttl / 3
         )
@@ -427,10 +430,13 @@ class Session:
             yield
         finally:
             cancel()
-            try:
-                store.release_lease(self._id, owner=st.owner)
-            except Exception:
-                _log.warning("session %s: could not release its lease", self._id, exc_info=True)
+            if st.lease_held:  # commit_turn may have released it already
+                st.lease_held = False
+                try:
+                    store.release_lease(self._id, owner=st.owner)
+                except Exception:
+                    _log.warning("session %s: could not release its lease", self._id,
+                                 exc_info=True)
 
     # --- transcript -----------------------------------------------------------------------------
     def load(self) -> tuple[Message, ...]:
@@ -571,8 +577,18 @@ class Session:
         st = self._state
         store: Any = self._sessions
         history = st.messages
+        committed: object = None  # the new revision when commit_turn did it all
         try:
-            if hasattr(store, "append"):
+            if st.commit_turn is not None:
+                with contextlib.suppress(StoreConflictError):  # then the slow path
+                    committed = st.commit_turn(
+                        self._id, new, expected_length=len(history),
+                        checkpoints=self._checkpoints, checkpoint_key=state.key,
+                        release_owner=st.owner if st.lease_held else None,
+                    )
+            if committed is not None:
+                st.lease_held = False
+            elif hasattr(store, "append"):
                 try:
                     store.append(self._id, new, expected_length=len(history))
                 except StoreConflictError as exc:
@@ -589,8 +605,11 @@ class Session:
                 with contextlib.suppress(Exception):
                     self._checkpoints.save(state.key, state.checkpoint("interrupted", ()))
             raise
-        self._drop_checkpoint(state.key)
-        revision = store.revision(self._id) if st.has_revision and st.shared_lease else None
+        if committed is not None:
+            revision = committed
+        else:
+            self._drop_checkpoint(state.key)
+            revision = store.revision(self._id) if st.has_revision and st.shared_lease else None
         with st.lock:
             if history is st.messages:
                 st.messages.extend(new)

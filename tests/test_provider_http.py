@@ -43,7 +43,6 @@ from tests._http_server import (
     FakeServer,
     Reply,
     fixture_reply,
-    json_reply,
     sse_reply,
 )
 
@@ -593,9 +592,3 @@ def test_key_echoed_in_an_answer_is_redacted(
         _assert_no_key(events, events[-1].response.message.text)
     for record in caplog.records:
         _assert_no_key(record.getMessage(), record.args)
-
-
-def test_unscripted_reply_helper_answers_599(server: FakeServer) -> None:
-    # the fake server's own fallback, so a missing push fails loudly, not by hanging
-    assert json_reply({}).status == 200
-    assert server.default is None

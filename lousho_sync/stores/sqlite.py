@@ -376,21 +376,65 @@ class SqliteSessionStore:
                 self._check_length(id, expected_length, 0 if row is None else row[0])
                 return
             c.execute("BEGIN IMMEDIATE")
-            row = c.execute(
-                "UPDATE sessions SET length = length + ?, revision = revision + 1,"
-                " updated_at = ? WHERE id = ? AND length = ? RETURNING key",
-                (n, time.time(), id, expected_length),
-            ).fetchone()
-            if row is not None:
-                key = row[0]
-            else:
-                row = c.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
-                self._check_length(id, expected_length, 0 if row is None else row[0])
-                key = _insert_session(c, id, n)  # absent and expected_length == 0
-            _insert_messages(c, key, expected_length, texts)
+            self._append_rows(c, id, texts, expected_length)
             c.execute("COMMIT")
 
         self._db.run("append to a session", write, id)
+
+    def _append_rows(
+        self, c: _Conn, id: str, texts: list[str], expected_length: int
+    ) -> tuple[int, int]:
+        """Append rows inside the caller's transaction; returns the new revision token."""
+        n = len(texts)
+        row = c.execute(
+            "UPDATE sessions SET length = length + ?, revision = revision + 1,"
+            " updated_at = ? WHERE id = ? AND length = ? RETURNING key, revision",
+            (n, time.time(), id, expected_length),
+        ).fetchone()
+        if row is not None:
+            key, revision = row[0], row[1]
+        else:
+            row = c.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
+            self._check_length(id, expected_length, 0 if row is None else row[0])
+            key, revision = _insert_session(c, id, n), 1  # absent and expected_length == 0
+        _insert_messages(c, key, expected_length, texts)
+        return key, revision
+
+    def commit_turn(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        checkpoints: object,
+        checkpoint_key: str | None,
+        release_owner: str | None,
+    ) -> object:
+        """Append a finished turn, delete its checkpoint and release the session's lease in
+        ONE transaction (one commit instead of three); returns the new ``revision(id)``.
+
+        Returns None, doing nothing, when ``checkpoints`` is not this database's checkpoint
+        store or there is nothing to append. Raises StoreConflictError like ``append``.
+        """
+        if checkpoint_key is not None and getattr(checkpoints, "_db", None) is not self._db:
+            return None
+        if not messages:
+            return None
+        _check_id(id)
+        texts = [dumps_message(m) for m in messages]
+
+        def write(c: _Conn) -> tuple[int, int]:
+            c.execute("BEGIN IMMEDIATE")
+            revision = self._append_rows(c, id, texts, expected_length)
+            if checkpoint_key is not None:
+                c.execute("DELETE FROM checkpoints WHERE key = ?", (checkpoint_key,))
+            if release_owner is not None:
+                c.execute("DELETE FROM leases WHERE session_id = ? AND owner = ?",
+                          (id, release_owner))
+            c.execute("COMMIT")
+            return revision
+
+        return self._db.run("commit a turn", write, id)
 
     def _check_length(self, id: str, expected: int, actual: int) -> None:
         if actual != expected:
