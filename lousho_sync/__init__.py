@@ -48,6 +48,7 @@ from .events import (
 from .executor import AgentExecutor
 from .limits import Limits, Price
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
+from .providers.anthropic import AnthropicProvider
 from .providers.base import (
     ModelDone,
     ModelEvent,
@@ -58,7 +59,6 @@ from .providers.base import (
     Provider,
     ToolSpec,
 )
-from .providers.anthropic import AnthropicProvider
 from .providers.openai import OpenAIProvider
 from .providers.registry import register_provider, resolve_model
 from .providers.scripted import ScriptedProvider, Step

@@ -368,7 +368,6 @@ class SqliteSessionStore:
         """
         _check_id(id)
         texts = [dumps_message(m) for m in messages]
-        n = len(texts)
 
         def write(c: _Conn) -> None:
             if not texts:
