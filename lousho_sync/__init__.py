@@ -78,6 +78,7 @@ from .stores.base import (
 from .stores.files import (
     FileSessionStore,
     FileStorage,
+    FileStore,
     LocalStorageCheckpointStore,
     StorageServiceApprovalStore,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "FilePart",
     "FileSessionStore",
     "FileStorage",
+    "FileStore",
     "ImagePart",
     "InMemoryApprovalStore",
     "InputApplied",

@@ -25,18 +25,9 @@ def open_store(path: str) -> Any:
         return RedisStore(path)
     p = Path(path)
     if p.is_dir() or p.suffix.lower() not in (".db", ".sqlite", ".sqlite3"):
-        from .stores.base import AgentStore
-        from .stores.files import (
-            FileSessionStore,
-            FileStorage,
-            LocalStorageCheckpointStore,
-            StorageServiceApprovalStore,
-        )
+        from .stores.files import FileStore
 
-        storage = FileStorage(p / "state")
-        return AgentStore(sessions=FileSessionStore(p / "sessions"),
-                          checkpoints=LocalStorageCheckpointStore(storage),
-                          approvals=StorageServiceApprovalStore(storage))
+        return FileStore(p)
     from .sqlite import SqliteStore
 
     return SqliteStore(p)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,7 @@ def redis_url() -> Iterator[str]:
     )
     try:
         assert proc.stdout is not None
-        seen = []
+        seen: list[str] = []
         while True:  # its log says when it accepts connections
             ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
             line = proc.stdout.readline() if ready else ""
@@ -358,7 +358,7 @@ def test_append_conflict_names_lengths_and_leaves_store(kit: Kit, store: Any) ->
 @pytest.mark.parametrize("bad", ["", "a b", "../etc", "x" * 129, "é", "a:b"])
 def test_invalid_session_id(store: Any, bad: str) -> None:
     owner = make_owner()
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: store.sessions.load(bad),
         lambda: store.sessions.save(bad, [user("x")]),
         lambda: store.sessions.append(bad, [user("x")], expected_length=0),
@@ -504,7 +504,7 @@ def test_use_after_close(kit: Kit) -> None:
     s.sessions.save("s1", [user("a")])
     s.close()
     s.close()
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: s.sessions.load("s1"),
         lambda: s.sessions.append("s1", [user("b")], expected_length=1),
         lambda: s.checkpoints.keys(""),
@@ -845,9 +845,8 @@ def test_foreign_data_under_the_prefix_is_corrupt(rstore: RedisStore, raw: redis
 
 def test_newer_layout_is_refused(redis_url: str, prefix: str, raw: redis.Redis) -> None:
     raw.set(f"{prefix}layout", str(LAYOUT_VERSION + 41))
-    with RedisStore(redis_url, prefix=prefix) as s:
-        with pytest.raises(StoreTooNewError) as info:
-            s.sessions.load("s1")
+    with RedisStore(redis_url, prefix=prefix) as s, pytest.raises(StoreTooNewError) as info:
+        s.sessions.load("s1")
     message = str(info.value)
     assert f"version {LAYOUT_VERSION + 41}" in message and f"version {LAYOUT_VERSION}" in message
     assert raw.get(f"{prefix}layout") == str(LAYOUT_VERSION + 41)
@@ -870,7 +869,7 @@ def test_a_retried_append_or_resolve_is_not_a_conflict(rstore: RedisStore) -> No
     c = rstore._c
     keys = [c.key("session:", "s1"), c.key("session-meta:", "s1"), c.key("revision"),
             c.key("sessions")]
-    args = ["1.0", 0, "s1", 0, "token-1", '{"role":"user","content":"a"}']
+    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", '{"role":"user","content":"a"}']
     assert list(c.append_script(keys, args, c.client)) == [1, 1]
     assert list(c.append_script(keys, args, c.client)) == [1, 1]  # the retry: no double
     assert list(c.append_script(keys, [*args[:4], "token-2", args[5]], c.client)) == [0, 1]

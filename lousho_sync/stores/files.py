@@ -49,11 +49,13 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..messages import Message
+from ..results import PruneResult
 from ._lease import poll_until
 from .base import ApprovalRecord, Checkpoint, StorageService, now
 
 __all__ = [
     "FileSessionStore",
+    "FileStore",
     "FileStorage",
     "LocalStorageCheckpointStore",
     "StorageServiceApprovalStore",
@@ -605,3 +607,54 @@ class StorageServiceApprovalStore:
             ):
                 records.append(record)
         return sorted(records, key=lambda r: (r.created_at, r.id))
+
+
+class FileStore:
+    """The three file stores under one directory, usable as an agent's ``store``:
+    ``<root>/sessions`` (FileSessionStore) and ``<root>/state`` (a FileStorage holding the
+    checkpoints and approvals). Adds ``prune``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        storage = FileStorage(self.root / "state")
+        self.sessions = FileSessionStore(self.root / "sessions")
+        self.checkpoints = LocalStorageCheckpointStore(storage)
+        self.approvals = StorageServiceApprovalStore(storage)
+
+    def prune(self, older_than_s: float) -> PruneResult:
+        """Delete sessions and checkpoints whose files were not modified within
+        ``older_than_s`` seconds and approvals resolved that long ago; pending approvals are
+        kept. Returns the counts."""
+        if older_than_s < 0:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"older_than_s must be >= 0, got {older_than_s!r}")
+        cutoff = time.time() - older_than_s
+        sessions = 0
+        for sid in self.sessions.ids():
+            with contextlib.suppress(FileNotFoundError):
+                if self.sessions.path_for(sid).stat().st_mtime < cutoff:
+                    self.sessions.delete(sid)
+                    sessions += 1
+        checkpoints = 0
+        storage = self.checkpoints.storage
+        assert isinstance(storage, FileStorage)
+        for key in self.checkpoints.keys(""):
+            path = storage.path_for(f"checkpoints/{key}.json")
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff:
+                    self.checkpoints.delete(key)
+                    checkpoints += 1
+        approvals = 0
+        for key in storage.list("approvals/"):
+            if not key.endswith(".json"):
+                continue
+            record = self.approvals.get(key[len("approvals/") : -5])
+            if (record is not None and record.status != "pending"
+                    and record.resolved_at is not None and record.resolved_at < cutoff):
+                storage.delete(key)
+                approvals += 1
+        return PruneResult(sessions, checkpoints, approvals)
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.root)!r})"
