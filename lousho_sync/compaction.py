@@ -184,6 +184,8 @@ def split_point(messages: Sequence[Message], keep_last: int) -> int:
     start = len(messages) - keep_last
     if start <= 0:
         return 0
+    if keep_last == 0:
+        return start  # everything is summarised
     for i in range(start, 0, -1):
         if messages[i].role == "user":
             return i

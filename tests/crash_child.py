@@ -95,6 +95,13 @@ class CrashProvider:
 
 def make_store(kind: str, root: Path) -> Any:
     """The durable store of ``kind`` under ``root``."""
+    if kind == "redis":
+        import hashlib
+
+        from lousho_sync.redis import RedisStore
+
+        tag = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
+        return RedisStore(os.environ["LOUSHO_TEST_REDIS_URL"], prefix=f"lousho-test:{tag}:")
     if kind == "sqlite":
         from lousho_sync.sqlite import SqliteStore
 

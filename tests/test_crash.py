@@ -20,6 +20,8 @@ try:
     KINDS.append("sqlite")
 except ImportError:  # pragma: no cover
     pass
+if os.environ.get("LOUSHO_TEST_REDIS_URL"):
+    KINDS.append("redis")
 
 EXPECTED = [
     ("user", "go", ()),
@@ -129,7 +131,7 @@ EVENTS_PER_TURN = 14  # run.start … run.done for the scripted turn
 def test_kill_at_random_points(kind: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("LOUSHO_CRASH_SEED", "20261202"))
     rng = random.Random(seed)
-    rounds = 50 if kind == "files" else 25
+    rounds = {"files": 50, "sqlite": 25}.get(kind, 10)
     for i in range(rounds):
         root = tmp_path / f"r{i}"
         root.mkdir()

@@ -391,6 +391,38 @@ def test_usable_as_agent_store(store: Any) -> None:
         assert callable(getattr(store.sessions, name))
 
 
+def test_commit_turn_appends_drops_checkpoint_and_releases_lease(store: Any) -> None:
+    sessions, owner = store.sessions, make_owner()
+    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
+    store.checkpoints.save("s1.turn-2", checkpoint("s1.turn-2"))
+    store.checkpoints.save("s1.turn-9", checkpoint("s1.turn-9"))
+    assert sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
+    kw: dict[str, Any] = {"checkpoints": store.checkpoints, "checkpoint_key": "s1.turn-2"}
+    with pytest.raises(StoreConflictError) as info:  # nothing changes on a conflict
+        sessions.commit_turn("s1", [user("c")], expected_length=1, release_owner=owner, **kw)
+    assert info.value.actual_length == 2
+    assert store.checkpoints.keys("s1.") == ["s1.turn-2", "s1.turn-9"]
+    assert not sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600, wait_s=0)
+    revision = sessions.commit_turn("s1", [user("c"), assistant("d")], expected_length=2,
+                                    release_owner=owner, **kw)
+    assert revision is not None and revision == sessions.revision("s1")
+    assert texts(sessions.load("s1")) == ["a", "b", "c", "d"]
+    assert store.checkpoints.keys("s1.") == ["s1.turn-9"]
+    other = make_owner()
+    assert sessions.acquire_lease("s1", owner=other, ttl_s=600, wait_s=0)  # released
+    # not the holder: the lease stays; no checkpoint key: nothing else is deleted
+    assert sessions.commit_turn("s1", [user("e")], expected_length=4, checkpoints=None,
+                                checkpoint_key=None, release_owner=owner) is not None
+    assert not sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
+    assert store.checkpoints.keys("s1.") == ["s1.turn-9"]
+    # nothing to append, or another store's checkpoints: None, nothing done
+    assert sessions.commit_turn("s1", [], expected_length=5, release_owner=other, **kw) is None
+    foreign = {"checkpoints": object(), "checkpoint_key": "s1.turn-9"}
+    assert sessions.commit_turn("s1", [user("f")], expected_length=5, release_owner=None,
+                                **foreign) is None
+    assert len(sessions.load("s1")) == 5 and store.checkpoints.keys("s1.") == ["s1.turn-9"]
+
+
 # --- contract: checkpoints -------------------------------------------------------------------
 
 
@@ -494,6 +526,34 @@ def test_resolve_race_between_threads(store: Any) -> None:
     assert len(outcomes) == 8 and len(winners) == 1
     record = store.approvals.get("a1")
     assert record is not None and winners[0] == f"won {record.reason}"
+
+
+def test_sixteen_threads_write_different_sessions(store: Any) -> None:
+    barrier = threading.Barrier(16)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait(timeout=TIMEOUT)
+            sid = f"t{n}"
+            for i in range(20):
+                store.sessions.append(sid, [user(f"{n}-{i}"), assistant("ok")],
+                                      expected_length=2 * i)
+                store.checkpoints.save(f"{sid}.turn-{2 * i}", checkpoint(f"{sid}.turn-{2 * i}"))
+                assert len(store.sessions.load(sid) or []) == 2 * i + 2
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+    assert errors == []
+    assert store.sessions.ids() == sorted(f"t{n}" for n in range(16))
+    for n in range(16):
+        assert texts(store.sessions.load(f"t{n}"))[0::2] == [f"{n}-{i}" for i in range(20)]
+    assert len(store.checkpoints.keys("")) == 16 * 20
 
 
 # --- contract: close, prune, leases ----------------------------------------------------------
@@ -868,11 +928,14 @@ def test_a_retried_append_or_resolve_is_not_a_conflict(rstore: RedisStore) -> No
     """redis-py retries a call whose reply was lost; the retry must see its own write."""
     c = rstore._c
     keys = [c.key("session:", "s1"), c.key("session-meta:", "s1"), c.key("revision"),
-            c.key("sessions")]
-    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", '{"role":"user","content":"a"}']
-    assert list(c.append_script(keys, args, c.client)) == [1, 1]
-    assert list(c.append_script(keys, args, c.client)) == [1, 1]  # the retry: no double
-    assert list(c.append_script(keys, [*args[:4], "token-2", args[5]], c.client)) == [0, 1]
+            c.key("sessions"), c.key("checkpoint:"), c.key("checkpoints"),
+            c.key("checkpoint-keys"), c.key("lease:", "s1")]
+    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", "0", "", "", '{"role":"user","content":"a"}']
+    first = list(c.append_script(keys, args, c.client))
+    assert first[:2] == [1, 1] and first[2] == rstore.sessions.revision("s1")
+    assert list(c.append_script(keys, args, c.client)) == first  # the retry: no double
+    other = [*args[:4], "token-2", *args[5:]]
+    assert list(c.append_script(keys, other, c.client)) == [0, 1]
     assert texts(rstore.sessions.load("s1")) == ["a"]
     rstore.approvals.create(approval("a1"))
     rkeys = [c.key("approval:", "a1"), c.key("approvals-pending"), c.key("approvals-resolved")]

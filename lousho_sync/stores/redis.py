@@ -35,8 +35,10 @@ gets fresh connections there (redis-py resets its pool on fork).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -136,26 +138,36 @@ return #ARGV - 3
 """
 )
 
-# KEYS: list, meta, revision counter, sessions index.
-# ARGV: now, ttl_ms, id, expected_length, token, messages...
-# Returns {1, new length} or {0, actual length} (a conflict).
+# KEYS: list, meta, revision counter, sessions index [, checkpoint, its two indexes, lease].
+# ARGV: now, ttl_ms, id, expected_length, token, drop checkpoint ('1'/'0'), checkpoint key,
+# lease owner to release ('' for none), messages...
+# Returns {1, new length, revision} or {0, actual length} (a conflict).
 _APPEND = (
     _PUSH
     + """
 local n = redis.call('LLEN', KEYS[1])
 local expected = tonumber(ARGV[4])
-local count = #ARGV - 5
+local count = #ARGV - 8
 if n ~= expected then
   if n == expected + count and redis.call('HGET', KEYS[2], 'op') == ARGV[5] then
-    return {1, n}
+    return {1, n, tonumber(redis.call('HGET', KEYS[2], 'rev'))}
   end
   return {0, n}
 end
-push(KEYS[1], 6)
-redis.call('HSET', KEYS[2], 'rev', redis.call('INCR', KEYS[3]), 'op', ARGV[5])
+push(KEYS[1], 9)
+local rev = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[2], 'rev', rev, 'op', ARGV[5])
 touch(ARGV[2])
 redis.call('ZADD', KEYS[4], ARGV[1], ARGV[3])
-return {1, n + count}
+if ARGV[6] == '1' then
+  redis.call('DEL', KEYS[5])
+  redis.call('ZREM', KEYS[6], ARGV[7])
+  redis.call('ZREM', KEYS[7], ARGV[7])
+end
+if ARGV[8] ~= '' and redis.call('GET', KEYS[8]) == ARGV[8] then
+  redis.call('DEL', KEYS[8])
+end
+return {1, n + count, rev}
 """
 )
 
@@ -426,7 +438,7 @@ class _Conn:
             redis_errors.ConnectionError | redis_errors.TimeoutError | redis_errors.ReadOnlyError,
         ):
             return StoreUnavailableError(f"{text} (is the server running and reachable?)", **kw)
-        if isinstance(exc, redis_errors.ResponseError) and detail.startswith("WRONGTYPE"):
+        if isinstance(exc, redis_errors.ResponseError) and "WRONGTYPE" in detail:
             return StoreCorruptError(
                 f"{text} (a key under the prefix {self.prefix!r} holds another kind of value; "
                 "it was left as it was: choose another prefix)",
@@ -455,6 +467,24 @@ class _Conn:
             self.closed = True
         if self.owns_client:
             self.client.close()
+
+
+class _Tokens:
+    """One-off tokens: a random per-process base (renewed in a forked child) + a counter."""
+
+    def __init__(self) -> None:
+        self.renew()
+        os.register_at_fork(after_in_child=self.renew)
+
+    def renew(self) -> None:
+        self.base = uuid.uuid4().hex
+        self.counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self.base}-{next(self.counter)}"
+
+
+_token = _Tokens()
 
 
 def _text(value: object) -> str:
@@ -521,14 +551,63 @@ class RedisSessionStore:
             length = int(self._c.run("read a session's length", lambda r: r.llen(key), id))
             self._check_length(id, expected_length, length)
             return
-        args: list[Any] = [repr(time.time()), self._ttl_ms, id, expected_length, uuid.uuid4().hex]
+        self._append(id, messages, expected_length, None, None)
+
+    def commit_turn(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        checkpoints: object,
+        checkpoint_key: str | None,
+        release_owner: str | None,
+    ) -> object:
+        """Append a finished turn, delete its checkpoint and release the session's lease in
+        ONE script (one round trip instead of four); returns the new ``revision(id)``.
+
+        Returns None, doing nothing, when ``checkpoints`` is not this store's checkpoint
+        store or there is nothing to append. Raises StoreConflictError like ``append``.
+        """
+        if checkpoint_key is not None and getattr(checkpoints, "_c", None) is not self._c:
+            return None
+        if not messages:
+            return None
+        _check_id(id)
+        return self._append(id, messages, expected_length, checkpoint_key, release_owner)
+
+    def _append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        expected_length: int,
+        checkpoint_key: str | None,
+        release_owner: str | None,
+    ) -> int:
+        c = self._c
+        cp = "" if checkpoint_key is None else checkpoint_key
+        keys = [
+            *self._keys(id),
+            c.key("checkpoint:", cp),
+            c.key("checkpoints"),
+            c.key("checkpoint-keys"),
+            c.key("lease:", id),
+        ]
+        args: list[Any] = [
+            repr(time.time()),
+            self._ttl_ms,
+            id,
+            expected_length,
+            _token(),
+            "0" if checkpoint_key is None else "1",
+            cp,
+            release_owner or "",
+        ]
         args.extend(dumps_message(m) for m in messages)
-        keys = self._keys(id)
-        ok, length = self._c.run(
-            "append to a session", lambda r: self._c.append_script(keys, args, r), id
-        )
-        if not ok:
-            self._check_length(id, expected_length, int(length))
+        out = c.run("append to a session", lambda r: c.append_script(keys, args, r), id)
+        if not out[0]:
+            self._check_length(id, expected_length, int(out[1]))
+        return int(out[2])
 
     def _check_length(self, id: str, expected: int, actual: int) -> None:
         if actual != expected:
@@ -729,7 +808,7 @@ class RedisApprovalStore:
             reason or "",
             repr(resolved_at),
             id,
-            uuid.uuid4().hex,
+            _token(),
         ]
         out = self._c.run("resolve an approval", lambda r: self._c.resolve_script(keys, args, r))
         if out[0] == 0:

@@ -1,0 +1,5 @@
+"""``python -m benchmarks.peers``."""
+
+from .run import main
+
+main()
