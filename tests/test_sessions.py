@@ -477,3 +477,56 @@ def test_a_raising_listener_is_logged_and_does_not_break_the_session(
     assert len(got) == 1
     assert any("listener" in r.getMessage() for r in caplog.records)
     assert session.send("still works").text == "ok"
+
+
+# --- stores that fail --------------------------------------------------------------------------
+class BrokenStore(MemorySessionStore):
+    def __init__(self, *, fail_load: bool = False, fail_save: bool = False) -> None:
+        super().__init__()
+        self.fail_load = fail_load
+        self.fail_save = fail_save
+
+    def load(self, id: str) -> list[Message] | None:
+        if self.fail_load:
+            from lousho_sync import StoreUnavailableError
+
+            raise StoreUnavailableError("disk gone", path="/nowhere", session_id=id)
+        return super().load(id)
+
+    def append(self, id: str, messages, *, expected_length: int) -> None:  # type: ignore[no-untyped-def]
+        if self.fail_save:
+            from lousho_sync import StoreUnavailableError
+
+            raise StoreUnavailableError("disk full", path="/nowhere", session_id=id)
+        super().append(id, messages, expected_length=expected_length)
+
+
+def test_a_store_that_fails_to_load_fails_the_run_before_run_start() -> None:
+    from lousho_sync import StoreUnavailableError
+
+    session = create_agent(provider=ScriptedProvider(default="x"),
+                           store=BrokenStore(fail_load=True)).session(id="s")
+    run = session.stream("hi")
+    events = list(run)
+    assert [e.type for e in events] == ["error", "run.done"]
+    assert events[-1].finish_reason == "error"
+    with pytest.raises(StoreUnavailableError, match="disk gone"):
+        run.result()
+
+
+def test_a_store_that_fails_to_save_fails_the_run_after_run_start() -> None:
+    from lousho_sync import StoreUnavailableError
+
+    store = BrokenStore(fail_save=True)
+    agent = create_agent(provider=ScriptedProvider(default="answer"), store=store)
+    session = agent.session(id="s")
+    events = list(session.stream("hi"))
+    types = [e.type for e in events]
+    assert types[0] == "run.start" and types[-2:] == ["error", "run.done"]
+    assert isinstance(events[-2].error, StoreUnavailableError)
+    assert session.messages == () and store.load("s") is None
+    # the finished turn waits in its checkpoint; once the disk is back it is committed
+    store.fail_save = False
+    result = session.resume()
+    assert result is not None and result.text == "answer"
+    assert texts(store.load("s") or []) == ["user:hi", "assistant:answer"]
