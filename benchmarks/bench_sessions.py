@@ -90,10 +90,7 @@ def main() -> None:
                 f"{name:<20}" + "".join(f"{c:>13.1f}" for c in cells)
                 + f"{cells[1] / cells[0]:>10.2f}{cells[2] / cells[0]:>11.2f}"
             )
-        print(
-            f"(median µs per session.send turn, {args.samples} turns per cell; files in "
-            f"{directory})"
-        )
+        print(f"(median µs per session.send turn, {args.samples} turns per cell)")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
