@@ -47,6 +47,7 @@ __all__ = [
     "EVENT_BUFFER",
     "EventPump",
     "call",
+    "call_aborting",
     "configure",
     "linked_controller",
     "max_workers",
@@ -186,6 +187,21 @@ async def wait(
     if done and not fut.cancelled():
         fut.exception()  # the caller reads the outcome elsewhere
     return bool(done)
+
+
+async def call_aborting(
+    fn: Callable[..., T], /, *args: Any, signal: Signal | None, **kwargs: Any
+) -> T:
+    """``call(fn, *args, signal=s, **kwargs)`` where ``s`` aborts when the caller's
+    ``signal`` does and when the awaiting task is cancelled (reason ``"cancelled"``)."""
+    controller, unlink = linked_controller(signal)
+    try:
+        return await call(
+            fn, *args, signal=controller.signal,
+            on_cancel=lambda: controller.abort("cancelled"), **kwargs,
+        )
+    finally:
+        unlink()
 
 
 def linked_controller(signal: Signal | None) -> tuple[AbortController, Callable[[], None]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 from collections.abc import AsyncIterator
 
 from lousho_sync.events import RunEvent
@@ -62,7 +63,7 @@ class AsyncAgentRun:
         raises TimeoutError (the run goes on); cancelling the awaiting task aborts the run.
         """
         if not self._run.done:
-            fut: asyncio.Future[object]
+            fut: asyncio.Future[Any]
             if self._pump is not None:
                 self._pump.unbound()
                 fut = self._pump.start()

@@ -19,6 +19,7 @@ from .events import RunDone, RunEvent, RunFailed
 from .executor import TurnControl
 from .inputs import InputLike, to_messages
 from .results import ExecutionResult
+from .signal import Latch
 
 __all__ = ["AgentRun"]
 
@@ -46,7 +47,7 @@ class AgentRun:
         self._on_discard = on_discard
         self._lock = threading.Lock()
         self._drive_lock = threading.Lock()
-        self._done = _Latch()
+        self._done = Latch()
         self._pending: deque[RunEvent] = deque()
         self._result: ExecutionResult | None = None
         self._error: BaseException | None = None
@@ -211,33 +212,3 @@ class AgentRun:
         return f"<AgentRun {self.run_id} {state}>"
 
 
-
-class _Latch:
-    """A one-way flag; the Event behind ``wait`` is made only when someone waits."""
-
-    __slots__ = ("_event", "_lock", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: threading.Event | None = None
-        self._lock = threading.Lock()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        with self._lock:
-            self._set = True
-            if self._event is not None:
-                self._event.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._set:
-            return True
-        with self._lock:
-            if self._event is None:
-                self._event = threading.Event()
-                if self._set:
-                    self._event.set()
-            event = self._event
-        return event.wait(timeout)

@@ -35,7 +35,7 @@ from .limits import Counters, Limits
 from .messages import Message, Usage
 from .results import ExecutionResult, PendingTurn
 from .run import AgentRun
-from .signal import Signal
+from .signal import Latch, Signal
 from .stores._lease import make_owner
 from .stores.base import ApprovalStore, Checkpoint, CheckpointStore, SessionStore
 
@@ -85,7 +85,7 @@ class _Turn:
     """A turn in the queue (``control`` is None for clear/compact/discard)."""
 
     control: TurnControl | None
-    done: threading.Event = attrs.field(factory=threading.Event)
+    done: Latch = attrs.field(factory=Latch)
     result: ExecutionResult | None = None
     error: BaseException | None = None
 
@@ -372,6 +372,13 @@ class Session:
         st = self._state
         control = ticket.turn.control
         assert control is not None
+
+        with st.cond:  # fast path: the session is idle and this ticket is next
+            if (not control.signal.aborted and st.current is None and st.waiting
+                    and st.waiting[0] is ticket):
+                st.waiting.pop(0)
+                st.current = ticket.turn
+                return True
 
         def wake() -> None:
             with st.cond:

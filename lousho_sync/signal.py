@@ -127,3 +127,37 @@ class AbortController:
     def __repr__(self) -> str:
         return f"<AbortController {self.signal!r}>"
 
+
+class Latch:
+    """A one-way flag like ``threading.Event``; the Event behind ``wait`` is made only when
+    someone waits (most never do). Thread-safe."""
+
+    __slots__ = ("_event", "_lock", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+        self._lock = threading.Lock()
+
+    def is_set(self) -> bool:
+        """True once set."""
+        return self._set
+
+    def set(self) -> None:
+        """Set the flag and wake the waiters."""
+        with self._lock:
+            self._set = True
+            if self._event is not None:
+                self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until set or ``timeout`` seconds pass; returns whether set."""
+        if self._set:
+            return True
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._set:
+                    self._event.set()
+            event = self._event
+        return event.wait(timeout)

@@ -1,0 +1,151 @@
+"""AsyncSession: a multi-turn conversation for asyncio (wraps a sync Session)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from lousho_sync.compaction import compact_session
+from lousho_sync.events import SessionEvent
+from lousho_sync.inputs import InputLike
+from lousho_sync.limits import Limits
+from lousho_sync.messages import Message
+from lousho_sync.results import ExecutionResult, PendingTurn
+from lousho_sync.run import AgentRun
+from lousho_sync.session import Session, TurnPolicy
+from lousho_sync.signal import Signal
+from lousho_sync.stores.base import ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore
+
+from . import _bridge
+from .run import AsyncAgentRun
+
+__all__ = ["AsyncApproveCallback", "AsyncSession"]
+
+AsyncApproveCallback = Callable[[ApprovalRecord], bool | Awaitable[bool]]
+"""An ``approve=`` callback: a plain function (run in the worker thread) or an async one
+(run on the caller's event loop)."""
+
+
+async def drive(run: AgentRun) -> ExecutionResult:
+    """Drive ``run`` to its end in the pool; cancelling the awaiting task aborts it."""
+    return await _bridge.call(run.result, on_cancel=lambda: run.abort("cancelled"))
+
+
+class AsyncSession:
+    """A multi-turn conversation. Create it with ``agent.session()``.
+
+    Every coroutine runs the blocking sync call in lousho_aio's pool; cancelling the awaiting
+    task aborts a turn (the transcript stays as it was) and waits for its thread to finish
+    before ``CancelledError`` propagates. Safe to use from several tasks (and threads): the
+    sync session queues the turns.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    # --- plain members ---------------------------------------------------------------------
+    @property
+    def sync(self) -> Session:
+        """The wrapped sync session."""
+        return self._session
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._session.id
+
+    @property
+    def store(self) -> SessionStore:
+        """The session store holding the transcript."""
+        return self._session.store
+
+    @property
+    def checkpoint_store(self) -> CheckpointStore | None:
+        """Where this session's turns are checkpointed."""
+        return self._session.checkpoint_store
+
+    @property
+    def approval_store(self) -> ApprovalStore | None:
+        """Where this session's approvals are kept."""
+        return self._session.approval_store
+
+    @property
+    def turn_policy(self) -> TurnPolicy:
+        """What a call does while a turn runs (see SPEC §3)."""
+        return self._session.turn_policy
+
+    @turn_policy.setter
+    def turn_policy(self, value: TurnPolicy) -> None:
+        self._session.turn_policy = value
+
+    @property
+    def limits(self) -> Limits | None:
+        """Session budgets (counted across turns)."""
+        return self._session.limits
+
+    @limits.setter
+    def limits(self, value: Limits | None) -> None:
+        self._session.limits = value
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """A read-only snapshot of the transcript. The first access of a session never
+        loaded reads the store in the calling thread: ``await load()`` first to avoid it."""
+        return self._session.messages
+
+    def on(self, listener: Callable[[SessionEvent], object]) -> Callable[[], None]:
+        """Listen for ``compaction.*`` and ``context.cleared`` events (the listener runs in
+        the thread that emits them: a pool thread); returns a remover."""
+        return self._session.on(listener)
+
+    # --- turns -------------------------------------------------------------------------------
+    async def send(
+        self,
+        input: InputLike,
+        *,
+        signal: Signal | None = None,
+        approve: AsyncApproveCallback | None = None,
+    ) -> ExecutionResult:
+        """One turn with the whole transcript. The turn joins the session's queue when
+        ``send()`` is called (with ``approve``: when its pool thread starts)."""
+        if approve is None:
+            return await drive(self._session.stream(input, signal=signal))
+        return await _bridge.call_aborting(
+            self._session.send, input, signal=signal,
+            approve=_bridge.to_thread_callback(approve),
+        )
+
+    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
+        """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
+        return AsyncAgentRun(self._session.stream(input, signal=signal))
+
+    async def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
+        """Finish the interrupted turn; None when nothing pends."""
+        return await _bridge.call_aborting(self._session.resume, signal=signal)
+
+    # --- transcript --------------------------------------------------------------------------
+    async def load(self) -> tuple[Message, ...]:
+        """Read the stored transcript; returns it."""
+        return await _bridge.call(self._session.load)
+
+    async def compact(self, *, keep_last: int = 8, instructions: str | None = None) -> None:
+        """Replace older messages with one summary written by the model; cancelling the
+        task aborts the summary call (the transcript stays as it was)."""
+        await _bridge.call_aborting(
+            compact_session, self._session, keep_last=keep_last, instructions=instructions,
+            signal=None,
+        )
+
+    async def clear(self) -> None:
+        """Empty the transcript and save it empty (see ``Session.clear``)."""
+        await _bridge.call(self._session.clear)
+
+    async def pending(self) -> PendingTurn | None:
+        """The unfinished turn, or None."""
+        return await _bridge.call(self._session.pending)
+
+    async def discard_pending(self) -> None:
+        """Drop the unfinished turn (and deny its open approvals) without running it."""
+        await _bridge.call(self._session.discard_pending)
+
+    def __repr__(self) -> str:
+        return f"<AsyncSession {self.id!r} policy={self.turn_policy}>"
