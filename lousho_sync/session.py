@@ -21,6 +21,7 @@ import attrs
 
 from . import _loop
 from ._heartbeat import HEARTBEAT
+from .compaction import maybe_compact
 from .errors import (
     ApprovalAlreadyResolvedError,
     InvalidSessionIdError,
@@ -77,7 +78,14 @@ def _counters(messages: Any) -> Counters:
             tools += 1
         elif m.usage is not None:  # a compaction summary carries what it replaced
             usage = usage + m.usage
+            if m.metadata.get("lousho") == "summary":
+                steps += _meta_int(m.metadata.get("steps"))
+                tools += _meta_int(m.metadata.get("tool_calls"))
     return Counters(steps, tools, usage)
+
+
+def _meta_int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @attrs.define(eq=False)
@@ -354,6 +362,7 @@ class Session:
                         if msgs is None:
                             result = resumed
                         else:
+                            maybe_compact(self, msgs, signal=control.signal)
                             result = yield from self._new_turn(control, msgs, approve)
                 except _WaitAborted:
                     result = _aborted(control)

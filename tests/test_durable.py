@@ -224,11 +224,9 @@ def test_queued_input_in_a_failed_turn_stays_in_the_checkpoint_and_resume_applie
     assert started.wait(WAIT)
     t2 = threading.Thread(target=lambda: out.append(_catch(lambda: session.send("two"))))
     t2.start()
-    for _ in range(400):
-        cur = session._state.current
-        if cur is not None and cur.control is not None and cur.control.queued():
-            break
-        t2.join(0.005)
+    cur = session._state.current
+    assert cur is not None and cur.control is not None
+    assert cur.control.offered.wait(WAIT)
     release.set()
     t1.join(WAIT)
     t2.join(WAIT)

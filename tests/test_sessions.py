@@ -59,6 +59,13 @@ class Gated:
                     gate=self.release, error=base.error)
 
 
+def joined(session: object) -> None:
+    """Wait until a joining call has queued its input into the running turn."""
+    current = session._state.current  # type: ignore[attr-defined]
+    assert current is not None and current.control is not None
+    wait(current.control.offered, "the joining call's input")
+
+
 def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
     out: list[object] = []
 
@@ -196,12 +203,7 @@ def test_queue_joins_the_running_turn_and_returns_the_same_result() -> None:
     t1, _ = in_thread(lambda: events.extend(run1))
     wait(first.started, "first model call")
     t2, r2 = in_thread(lambda: session.send("Only direct ones, please."))
-    # the joiner has queued its input (observed through the turn's own events)
-    while not any(getattr(e, "type", "") == "input.queued" for e in events):
-        first.release.set()
-        t2.join(0.01)
-        if not t1.is_alive():
-            break
+    joined(session)
     first.release.set()
     t1.join(WAIT)
     t2.join(WAIT)
@@ -267,13 +269,7 @@ def test_steer_after_the_call_emitted_waits_for_the_next_safe_point() -> None:
     t1, r1 = in_thread(lambda: session.send("q1"))
     wait(emitted, "first delta")
     t2, r2 = in_thread(lambda: session.send("q2"))
-    while not t2.is_alive() and not r2:
-        pass
-    # let the joiner register before releasing the stream
-    for _ in range(200):
-        if session._state.current and session._state.current.control.queued():  # type: ignore[union-attr]
-            break
-        t2.join(0.005)
+    joined(session)
     release.set()
     t1.join(WAIT)
     t2.join(WAIT)
@@ -322,11 +318,7 @@ def test_queue_falls_back_to_a_new_turn_when_the_running_turn_is_aborted() -> No
     t1, _ = in_thread(lambda: run1.result(timeout=WAIT))
     wait(first.started, "first model call")
     t2, r2 = in_thread(lambda: session.send("q2"))
-    for _ in range(400):
-        current = session._state.current
-        if current is not None and current.control is not None and current.control.queued():
-            break
-        t2.join(0.005)
+    joined(session)
     run1.abort()
     t1.join(WAIT)
     t2.join(WAIT)
@@ -348,11 +340,7 @@ def test_queue_falls_back_when_the_turn_hits_its_limit() -> None:
     t1, r1 = in_thread(lambda: session.send("q1"))
     wait(first.started, "first model call")
     t2, r2 = in_thread(lambda: session.send("q2"))
-    for _ in range(400):
-        current = session._state.current
-        if current is not None and current.control is not None and current.control.queued():
-            break
-        t2.join(0.005)
+    joined(session)
     first.release.set()
     t1.join(WAIT)
     t2.join(WAIT)
@@ -370,11 +358,7 @@ def test_a_failed_turn_raises_the_same_error_in_every_joined_call() -> None:
     t1, r1 = in_thread(lambda: session.send("q1"))
     wait(first.started, "first model call")
     t2, r2 = in_thread(lambda: session.send("q2"))
-    for _ in range(400):
-        current = session._state.current
-        if current is not None and current.control is not None and current.control.queued():
-            break
-        t2.join(0.005)
+    joined(session)
     first.release.set()
     t1.join(WAIT)
     t2.join(WAIT)

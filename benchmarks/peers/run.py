@@ -15,7 +15,10 @@ Python allocations only, not SQLite's own page cache) and, on SQLite, the file s
 -wal while open, and the db alone after the last connection closed and a
 ``wal_checkpoint(TRUNCATE)``) next to the history's JSON in the framework's own format.
 The frameworks' async APIs are awaited inside one event loop, so no per-turn loop set-up is
-counted. Ratios are lousho / peer: below 1 means lousho is cheaper.
+counted. The timed turns go round-robin over the frameworks (turn 1 of each, then turn 2 of
+each, ...), so disk and CPU noise from elsewhere on the machine hits all of them alike.
+Ratios are lousho / peer: below 1 means lousho is cheaper. "lousho normal" is lousho's
+SqliteStore at synchronous="normal" (no fsync per commit), shown for reference.
 """
 
 from __future__ import annotations
@@ -35,9 +38,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from .common import ANSWER, TOOL_NAME, TOOL_RUNS, Chat, PeerModule, Storage, user_text
+from .common import (
+    ANSWER,
+    TOOL_NAME,
+    TOOL_RUNS,
+    Backend,
+    Chat,
+    PeerModule,
+    Storage,
+    user_text,
+)
 
 PEERS = (
     "peer_lousho",
@@ -88,29 +100,30 @@ def _median_us(samples: Sequence[int]) -> float:
     return statistics.median(samples) / 1000
 
 
-async def _conversation(chat: Chat, turns: int) -> list[int]:
-    times = []
+async def _turn(chat: Chat, turn: int) -> int:
+    text = user_text(turn)
+    start = time.perf_counter_ns()
+    answer = await chat.send(text)
+    elapsed = time.perf_counter_ns() - start
+    if answer != ANSWER:
+        raise RuntimeError(f"turn {turn} answered {answer[:60]!r}, not the canned answer")
+    return elapsed
+
+
+async def _conversation(chat: Chat, turns: int) -> None:
     for turn in range(1, turns + 1):
-        text = user_text(turn)
-        start = time.perf_counter_ns()
-        answer = await chat.send(text)
-        times.append(time.perf_counter_ns() - start)
-        if answer != ANSWER:
-            raise RuntimeError(f"turn {turn} answered {answer[:60]!r}, not the canned answer")
-    return times
+        await _turn(chat, turn)
 
 
-async def _tool_turn(mod: PeerModule, backend: Any, session_id: str) -> int:
+async def _tool_turn(backend: Backend, session_id: str) -> int:
     chat = backend.chat(session_id, tools=True)
     before = TOOL_RUNS[TOOL_NAME]
     try:
-        start = time.perf_counter_ns()
-        answer = await chat.send(user_text(1))
-        elapsed = time.perf_counter_ns() - start
+        elapsed = await _turn(chat, 1)
     finally:
         chat.close()
-    if answer != ANSWER or TOOL_RUNS[TOOL_NAME] != before + 1:
-        raise RuntimeError(f"{mod.NAME}: the tool turn did not run the tool exactly once")
+    if TOOL_RUNS[TOOL_NAME] != before + 1:
+        raise RuntimeError("the tool turn did not run the tool exactly once")
     return elapsed
 
 
@@ -136,34 +149,81 @@ def _compact_size(path: Path) -> tuple[int, tuple[str, int]]:
     return _sizes(path), (str(row[0]), int(row[1])) if row else ("", 0)
 
 
-async def _timed(mod: PeerModule, storage: Storage, cfg: Config, fig: Figures) -> None:
-    path = cfg.directory / f"{mod.NAME}-timed.db"
-    backend = mod.open_backend(storage, path)
+@dataclass
+class _Live:
+    """A framework taking part in the timed phase of one storage."""
+
+    mod: PeerModule
+    result: PeerResult
+    backend: Backend
+    early: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    tools: list[int] = field(default_factory=list)
+
+
+def _fail(result: PeerResult, storage: Storage, exc: BaseException) -> None:
+    result.status = f"failed on {storage}: {type(exc).__name__}: {exc}"
+    result.figures.pop(storage, None)
+
+
+def _rotated(items: list[_Live], k: int) -> list[_Live]:
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
+async def _timed(entries: list[tuple[PeerModule, PeerResult]], storage: Storage,
+                 cfg: Config) -> None:
+    """Median µs early, late and of a tool turn, for every framework at once: turn by turn
+    round-robin (rotating who goes first), so disk and CPU noise hit all alike."""
+    live: list[_Live] = []
+    for mod, result in entries:
+        try:
+            backend = mod.open_backend(storage, cfg.directory / f"{mod.NAME}-timed.db")
+            warm = backend.chat("warm", tools=False)
+            await _conversation(warm, 20)
+            warm.close()
+            for i in range(5):
+                await _tool_turn(backend, f"warm-tool-{i}")
+        except Exception as exc:  # reported; the others still run
+            _fail(result, storage, exc)
+            continue
+        live.append(_Live(mod, result, backend))
     try:
-        warm = backend.chat("warm", tools=False)
-        await _conversation(warm, 20)
-        warm.close()
-        for i in range(5):
-            await _tool_turn(mod, backend, f"warm-tool-{i}")
-        early: list[int] = []
-        late: list[int] = []
         for c in range(cfg.conversations):
-            chat = backend.chat(f"conv-{c}", tools=False)
+            chats = {id(p): p.backend.chat(f"conv-{c}", tools=False) for p in live}
             gc.collect()
-            times = await _conversation(chat, cfg.turns)
-            chat.close()
-            early += times[:WINDOW]
-            late += times[-WINDOW:]
-        tools = []
+            for turn in range(1, cfg.turns + 1):
+                for p in _rotated(live, turn):
+                    try:
+                        elapsed = await _turn(chats[id(p)], turn)
+                    except Exception as exc:
+                        _fail(p.result, storage, exc)
+                        live.remove(p)
+                        continue
+                    if turn <= WINDOW:
+                        p.early.append(elapsed)
+                    elif turn > cfg.turns - WINDOW:
+                        p.late.append(elapsed)
+            for chat in chats.values():
+                chat.close()
         gc.collect()
         for i in range(cfg.tool_reps):
-            tools.append(await _tool_turn(mod, backend, f"tool-{i}"))
+            for p in _rotated(live, i):
+                try:
+                    p.tools.append(await _tool_turn(p.backend, f"tool-{i}"))
+                except Exception as exc:
+                    _fail(p.result, storage, exc)
+                    live.remove(p)
     finally:
-        backend.close()
-    fig.early_us, fig.late_us, fig.tool_us = map(_median_us, (early, late, tools))
+        for p in live:
+            p.backend.close()
+    for p in live:
+        fig = p.result.figures.setdefault(storage, Figures())
+        fig.early_us, fig.late_us, fig.tool_us = map(_median_us, (p.early, p.late, p.tools))
 
 
 async def _footprint(mod: PeerModule, storage: Storage, cfg: Config, fig: Figures) -> None:
+    """Peak traced memory of one conversation on a fresh backend; file and JSON sizes."""
     path = cfg.directory / f"{mod.NAME}-size.db"
     backend = mod.open_backend(storage, path)
     try:
@@ -186,36 +246,49 @@ async def _footprint(mod: PeerModule, storage: Storage, cfg: Config, fig: Figure
         fig.file_bytes, fig.largest_btree = _compact_size(path)
 
 
-async def measure(module_name: str, cfg: Config) -> PeerResult:
-    """All figures of one framework; 'not installed' or 'failed: ...' instead of raising."""
+def _load(module_name: str) -> tuple[PeerModule | None, PeerResult]:
     try:
         mod = cast(PeerModule, importlib.import_module(f"{__package__}.{module_name}"))
     except ImportError as exc:
         name = module_name.removeprefix("peer_").replace("_", "-")
-        return PeerResult(name, status=f"not installed ({exc.name or exc})")
+        return None, PeerResult(name, status=f"not installed ({exc.name or exc})")
     result = PeerResult(mod.NAME)
     try:
         result.version = metadata.version(mod.DISTRIBUTION)
     except metadata.PackageNotFoundError:
         result.version = "?"
-    storages: tuple[Storage, ...] = getattr(mod, "STORAGES", STORAGES)
-    for storage in storages:
-        fig = result.figures.setdefault(storage, Figures())
-        try:
-            await _timed(mod, storage, cfg, fig)
-            await _footprint(mod, storage, cfg, fig)
-        except Exception as exc:  # a peer's failure is reported, the others still run
-            result.status = f"failed on {storage}: {type(exc).__name__}: {exc}"
-            result.figures.pop(storage, None)
-            break
-    return result
+    return mod, result
+
+
+async def measure(module_names: Sequence[str], cfg: Config) -> list[PeerResult]:
+    """Every framework's figures; 'not installed' or 'failed: ...' instead of raising."""
+    loaded = [_load(name) for name in module_names]
+    results = [result for _, result in loaded]
+    entries = [(mod, result) for mod, result in loaded if mod is not None]
+    for storage in STORAGES:
+        taking_part = [
+            (mod, result) for mod, result in entries
+            if storage in getattr(mod, "STORAGES", STORAGES) and result.status == "ok"
+        ]
+        await _timed(taking_part, storage, cfg)
+        for mod, result in taking_part:
+            fig = result.figures.get(storage)
+            if fig is None:
+                continue
+            try:
+                await _footprint(mod, storage, cfg, fig)
+            except Exception as exc:
+                _fail(result, storage, exc)
+    return results
 
 
 def _ratio(ours: float, theirs: float) -> str:
     if not theirs:
         return "-"
     r = ours / theirs
-    return f"{r:.3f} (1/{1 / r:.0f})" if r < 1 else f"{r:.2f}"
+    if r >= 1:
+        return f"{r:.2f}"
+    return f"{r:.3f} (1/{1 / r:.0f})" if r < 0.1 else f"{r:.2f} (1/{1 / r:.1f})"
 
 
 def report(results: list[PeerResult], cfg: Config) -> None:
@@ -300,20 +373,15 @@ def _goals(results: list[PeerResult]) -> None:
             )
 
 
-async def _run_all(names: Sequence[str], cfg: Config) -> list[PeerResult]:
-    results = []
-    for name in names:
-        results.append(await measure(name, cfg))
-    return results
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the peers benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--conversations", type=int, default=3)
-    parser.add_argument("--tool-reps", type=int, default=50)
-    parser.add_argument("--quick", action="store_true", help="1 conversation, 20 tool turns")
+    parser.add_argument("--conversations", type=int, default=None, help="default 3")
+    parser.add_argument("--tool-reps", type=int, default=None, help="default 50")
+    parser.add_argument(
+        "--quick", action="store_true", help="defaults of 1 conversation and 20 tool turns"
+    )
     parser.add_argument("--only", nargs="*", default=None, help="peer names, e.g. lousho")
     parser.add_argument("--dir", type=Path, default=None, help="where the SQLite files go")
     args = parser.parse_args(argv)
@@ -328,12 +396,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     directory = Path(tempfile.mkdtemp(prefix="lousho-peers-", dir=args.dir))
     cfg = Config(
         turns=args.turns,
-        conversations=1 if args.quick else args.conversations,
-        tool_reps=20 if args.quick else args.tool_reps,
+        conversations=args.conversations or (1 if args.quick else 3),
+        tool_reps=args.tool_reps or (20 if args.quick else 50),
         directory=directory,
     )
     try:
-        results = asyncio.run(_run_all(names, cfg))
+        results = asyncio.run(measure(names, cfg))
         report(results, cfg)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
