@@ -36,7 +36,8 @@ REDIS_START_TIMEOUT = 60.0
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port nothing listens on (now)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -66,7 +67,7 @@ def redis_url() -> Iterator[str]:
     if binary is None:
         _no_redis("no redis-server binary on PATH and LOUSHO_TEST_REDIS_URL is not set "
                   "(apt-get install redis-server to run the Redis tests)")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly",
          "no", "--daemonize", "no", "--loglevel", "notice"],

@@ -46,3 +46,8 @@ def test_approvals(tmp_path: Path) -> None:
     assert out[0].startswith("awaiting-approval: approval ")
     assert out[1:] == ["pending: transfer({'amount': 250.0, 'to': 'Bob'})",
                        "Result: sent 250.00 to Bob", "4 messages stored"]
+
+
+def test_asyncio_app(tmp_path: Path) -> None:
+    out = run("asyncio_app.py", tmp_path).splitlines()
+    assert out == ["turn 1: you said 'hello'"] * 3 + ["turn 2: you said 'again'"]

@@ -1,40 +1,24 @@
-"""SqliteStore: real SQLite files in tmp_path, real threads and real processes."""
+"""SqliteStore: real SQLite files in tmp_path and real processes: its file header, schema
+version, journal and synchronous settings, rows, and processes sharing one file. The
+behaviour every store shares is tested once per store in test_store_contract.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from lousho_sync.errors import (
-    ApprovalAlreadyResolvedError,
-    ApprovalNotFoundError,
-    ConfigError,
-    InvalidSessionIdError,
-    StoreClosedError,
-    StoreConflictError,
-    StoreCorruptError,
-    StoreTooNewError,
-)
+from lousho_sync.errors import ConfigError, StoreCorruptError, StoreTooNewError
 from lousho_sync.messages import Message, ToolCall
-from lousho_sync.results import PruneResult
 from lousho_sync.sqlite import SCHEMA_VERSION, SqliteStore
 from lousho_sync.stores._lease import make_owner
-from lousho_sync.stores.base import (
-    ApprovalRecord,
-    ApprovalStore,
-    Checkpoint,
-    CheckpointStore,
-    SessionStore,
-)
+from lousho_sync.stores.base import ApprovalRecord
 
 TIMEOUT = 60.0
 
@@ -79,214 +63,26 @@ def approval(id: str, session_id: str = "s1", **kw: object) -> ApprovalRecord:
     )
 
 
-# --- sessions --------------------------------------------------------------------------------
+# --- rows ------------------------------------------------------------------------------------
 
 
-def test_sessions_round_trip_and_replace(store: SqliteStore) -> None:
-    sessions = store.sessions
-    assert sessions.load("s1") is None
-    assert sessions.revision("s1") is None
-    sessions.save("s1", [user("hi"), assistant("hello")])
-    assert texts(sessions.load("s1")) == ["hi", "hello"]
-    sessions.save("s1", [user("only")])
-    assert texts(sessions.load("s1")) == ["only"]
-    sessions.save("s2", [user("x")])
-    assert sessions.ids() == ["s1", "s2"]
-    sessions.save("s1", [])
-    assert sessions.load("s1") is None
-    assert sessions.revision("s1") is None
-    assert sessions.ids() == ["s2"]
-    sessions.delete("s2")
-    sessions.delete("never-there")
-    assert sessions.ids() == []
-    with raw(Path(store.path)) as conn:
+def test_replaced_deleted_and_pruned_sessions_leave_no_message_rows(
+    store: SqliteStore, db_path: Path
+) -> None:
+    store.sessions.save("s1", [user("hi"), assistant("hello")])
+    store.sessions.save("s1", [user("only")])
+    store.sessions.save("s2", [user("x")])
+    store.sessions.save("s1", [])
+    store.sessions.delete("s2")
+    with raw(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
-
-
-def test_rich_messages_round_trip(store: SqliteStore) -> None:
-    call = ToolCall("c1", "search", {"q": "ünïcode", "n": 3})
-    messages = [
-        user("hi \ud800 there"),
-        Message("assistant", "", tool_calls=(call,)),
-        Message("tool", "result", tool_call_id="c1", is_error=True),
-    ]
-    store.sessions.save("s1", messages)
-    assert store.sessions.load("s1") == messages
-
-
-def test_append_adds_rows_and_bumps_revision(store: SqliteStore) -> None:
-    sessions = store.sessions
-    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
-    r1 = sessions.revision("s1")
-    sessions.append("s1", [user("c"), assistant("d")], expected_length=2)
-    r2 = sessions.revision("s1")
-    sessions.append("s1", [], expected_length=4)  # nothing to add: no write
-    assert sessions.revision("s1") == r2
-    assert texts(sessions.load("s1")) == ["a", "b", "c", "d"]
-    sessions.save("s1", [user("z")])
-    r3 = sessions.revision("s1")
-    assert len({r1, r2, r3}) == 3
-    sessions.delete("s1")
-    sessions.save("s1", [user("z")])  # same content again: still a new revision
-    assert sessions.revision("s1") not in {r1, r2, r3, None}
-
-
-def test_append_conflict_names_lengths_and_leaves_store(store: SqliteStore) -> None:
-    sessions = store.sessions
-    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
-    before = sessions.revision("s1")
-    with pytest.raises(StoreConflictError) as info:
-        sessions.append("s1", [user("late")], expected_length=1)
-    err = info.value
-    assert (err.expected_length, err.actual_length, err.session_id) == (1, 2, "s1")
-    assert err.path == store.path and store.path in str(err)
-    assert err.code == "LOUSHO_STORE_CONFLICT"
-    assert texts(sessions.load("s1")) == ["a", "b"]
-    assert sessions.revision("s1") == before
-    with pytest.raises(StoreConflictError) as info:
-        sessions.append("absent", [user("x")], expected_length=3)
-    assert info.value.actual_length == 0
-    assert sessions.load("absent") is None
-    with pytest.raises(StoreConflictError):
-        sessions.append("s1", [], expected_length=5)
-
-
-@pytest.mark.parametrize("bad", ["", "a b", "../etc", "x" * 129, "é"])
-def test_invalid_session_id(store: SqliteStore, bad: str) -> None:
-    owner = make_owner()
-    calls = [
-        lambda: store.sessions.load(bad),
-        lambda: store.sessions.save(bad, [user("x")]),
-        lambda: store.sessions.append(bad, [user("x")], expected_length=0),
-        lambda: store.sessions.revision(bad),
-        lambda: store.sessions.acquire_lease(bad, owner=owner, ttl_s=1, wait_s=0),
-    ]
-    for call in calls:
-        with pytest.raises(InvalidSessionIdError) as info:
-            call()
-        assert repr(bad) in str(info.value)
-        assert "^[A-Za-z0-9_-]{1,128}$" in str(info.value)
-        assert isinstance(info.value, ValueError)
-
-
-def test_corrupt_message_row_names_path(store: SqliteStore, db_path: Path) -> None:
-    store.sessions.save("s1", [user("a"), user("b")])
+    store.sessions.save("old", [user("a"), user("b")])
+    store.sessions.save("new", [user("c")])
+    with raw(db_path) as conn:  # two hours ago, written directly: no waiting
+        conn.execute("UPDATE sessions SET updated_at = updated_at - 7200 WHERE id = 'old'")
+    assert store.prune(3600).sessions == 1
     with raw(db_path) as conn:
-        conn.execute("UPDATE messages SET json = '{not json' WHERE seq = 1")
-    with pytest.raises(StoreCorruptError) as info:
-        store.sessions.load("s1")
-    assert str(db_path) in str(info.value) and "message 1" in str(info.value)
-    assert info.value.path == str(db_path) and info.value.session_id == "s1"
-
-
-def test_usable_as_agent_store(store: SqliteStore) -> None:
-    assert isinstance(store.sessions, SessionStore)
-    assert isinstance(store.checkpoints, CheckpointStore)
-    assert isinstance(store.approvals, ApprovalStore)
-    for name in ("append", "revision", "acquire_lease", "renew_lease", "release_lease"):
-        assert callable(getattr(store.sessions, name))
-
-
-# --- checkpoints -----------------------------------------------------------------------------
-
-
-def checkpoint(key: str, **kw: object) -> Checkpoint:
-    return Checkpoint(key=key, session_id=key.split(".")[0], run_id="run-1", **kw)  # type: ignore[arg-type]
-
-
-def test_checkpoints_round_trip_and_keys(store: SqliteStore) -> None:
-    cps = store.checkpoints
-    assert cps.load("s1.turn-0") is None
-    cp = checkpoint("s1.turn-0", input=(user("q"),), started_call_ids=("c1",), extra={"new": 1})
-    cps.save("s1.turn-0", cp)
-    assert cps.load("s1.turn-0") == cp
-    cps.save("s1.turn-0", checkpoint("s1.turn-0", status="interrupted"))
-    loaded = cps.load("s1.turn-0")
-    assert loaded is not None and loaded.status == "interrupted"
-    for key in ("s1.turn-2", "s10.turn-0", "s2.turn-0", "s1"):
-        cps.save(key, checkpoint(key))
-    assert cps.keys("s1.") == ["s1.turn-0", "s1.turn-2"]
-    assert cps.keys("s1") == ["s1", "s1.turn-0", "s1.turn-2", "s10.turn-0"]
-    assert cps.keys("") == ["s1", "s1.turn-0", "s1.turn-2", "s10.turn-0", "s2.turn-0"]
-    assert cps.keys("zz") == []
-    cps.delete("s1.turn-0")
-    cps.delete("not-there")
-    assert cps.keys("s1.") == ["s1.turn-2"]
-
-
-def test_checkpoint_unknown_fields_round_trip(store: SqliteStore, db_path: Path) -> None:
-    store.checkpoints.save("s1.turn-0", checkpoint("s1.turn-0"))
-    with raw(db_path) as conn:
-        (text,) = conn.execute("SELECT json FROM checkpoints").fetchone()
-        doc = json.loads(text)
-        doc["from_the_future"] = {"a": [1, 2]}
-        conn.execute("UPDATE checkpoints SET json = ?", (json.dumps(doc),))
-    loaded = store.checkpoints.load("s1.turn-0")
-    assert loaded is not None and loaded.extra == {"from_the_future": {"a": [1, 2]}}
-    store.checkpoints.save("s1.turn-0", loaded)
-    with raw(db_path) as conn:
-        (text,) = conn.execute("SELECT json FROM checkpoints").fetchone()
-    assert json.loads(text)["from_the_future"] == {"a": [1, 2]}
-
-
-# --- approvals -------------------------------------------------------------------------------
-
-
-def test_approvals_create_get_list_resolve(store: SqliteStore) -> None:
-    ap = store.approvals
-    ap.create(approval("a1", created_at=1.0))
-    ap.create(approval("a2", session_id="s2", created_at=2.0))
-    ap.create(approval("a0", created_at=0.5))
-    assert ap.get("nope") is None
-    assert ap.get("a1") == approval("a1", created_at=1.0)
-    assert [r.id for r in ap.list_pending()] == ["a0", "a1", "a2"]
-    assert [r.id for r in ap.list_pending("s2")] == ["a2"]
-    done = ap.resolve("a1", approved=False, reason="too much")
-    assert (done.status, done.reason) == ("denied", "too much")
-    assert done.resolved_at is not None and done.call.arguments == {"amount": 5}
-    assert ap.get("a1") == done
-    assert [r.id for r in ap.list_pending()] == ["a0", "a2"]
-    with pytest.raises(ApprovalAlreadyResolvedError) as info:
-        ap.resolve("a1", approved=True)
-    assert info.value.approval_id == "a1" and "denied" in str(info.value)
-    with pytest.raises(ApprovalNotFoundError) as nf:
-        ap.resolve("ghost", approved=True)
-    assert nf.value.approval_id == "ghost" and isinstance(nf.value, KeyError)
-    assert ap.get("a1") == done
-
-
-def test_approval_unknown_fields_round_trip(store: SqliteStore) -> None:
-    record = approval("a1", extra={"ticket": "T-9"})
-    store.approvals.create(record)
-    assert store.approvals.get("a1") == record
-    done = store.approvals.resolve("a1", approved=True)
-    assert done.extra == {"ticket": "T-9"} and done.status == "approved"
-    got = store.approvals.get("a1")
-    assert got is not None and got.extra == {"ticket": "T-9"}
-
-
-def test_resolve_race_between_threads(store: SqliteStore) -> None:
-    store.approvals.create(approval("a1"))
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-
-    def racer(i: int) -> None:
-        barrier.wait(timeout=TIMEOUT)
-        try:
-            store.approvals.resolve("a1", approved=True, reason=f"t{i}")
-            outcomes.append(f"won t{i}")
-        except ApprovalAlreadyResolvedError:
-            outcomes.append("lost")
-
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-    winners = [o for o in outcomes if o.startswith("won")]
-    assert len(outcomes) == 8 and len(winners) == 1
-    record = store.approvals.get("a1")
-    assert record is not None and winners[0] == f"won {record.reason}"
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
 
 
 # --- opening, versions, files ----------------------------------------------------------------
@@ -355,118 +151,6 @@ def test_synchronous_setting_is_checked(db_path: Path) -> None:
         SqliteStore(db_path, synchronous="off")  # type: ignore[arg-type]
     assert "'off'" in str(info.value) and "full" in str(info.value)
     assert not db_path.exists()
-
-
-def test_use_after_close(db_path: Path) -> None:
-    s = SqliteStore(db_path)
-    s.sessions.save("s1", [user("a")])
-    s.close()
-    s.close()
-    calls = [
-        lambda: s.sessions.load("s1"),
-        lambda: s.sessions.append("s1", [user("b")], expected_length=1),
-        lambda: s.checkpoints.keys(""),
-        lambda: s.approvals.list_pending(),
-        lambda: s.acquire_lease("s1", owner=make_owner(), ttl_s=1, wait_s=0),
-        lambda: s.prune(10),
-    ]
-    for call in calls:
-        with pytest.raises(StoreClosedError) as info:
-            call()
-        assert str(db_path) in str(info.value)
-    with SqliteStore(db_path) as again:
-        assert texts(again.sessions.load("s1")) == ["a"]
-    with pytest.raises(StoreClosedError):
-        again.sessions.ids()
-
-
-# --- prune -----------------------------------------------------------------------------------
-
-
-def test_prune_counts_and_keeps_pending(store: SqliteStore, db_path: Path) -> None:
-    store.sessions.save("old", [user("a"), user("b")])
-    store.sessions.save("new", [user("c")])
-    store.checkpoints.save("old.turn-2", checkpoint("old.turn-2"))
-    store.checkpoints.save("new.turn-1", checkpoint("new.turn-1"))
-    for id in ("resolved-old", "resolved-new", "pending-old"):
-        store.approvals.create(approval(id))
-    store.approvals.resolve("resolved-old", approved=True)
-    store.approvals.resolve("resolved-new", approved=False)
-    with raw(db_path) as conn:  # two hours ago, written directly: no waiting
-        conn.execute("UPDATE sessions SET updated_at = updated_at - 7200 WHERE id = 'old'")
-        conn.execute("UPDATE checkpoints SET updated_at = updated_at - 7200 WHERE key LIKE 'old%'")
-        conn.execute(
-            "UPDATE approvals SET resolved_at = resolved_at - 7200 WHERE id = 'resolved-old'"
-        )
-        conn.execute("UPDATE approvals SET created_at = created_at - 7200 WHERE id='pending-old'")
-    assert store.prune(3600) == PruneResult(sessions=1, checkpoints=1, approvals=1)
-    assert store.sessions.ids() == ["new"]
-    assert store.checkpoints.keys("") == ["new.turn-1"]
-    assert store.approvals.get("resolved-old") is None
-    assert [r.id for r in store.approvals.list_pending()] == ["pending-old"]
-    assert store.approvals.get("resolved-new") is not None
-    with raw(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
-    assert store.prune(3600) == PruneResult(0, 0, 0)
-    with pytest.raises(ConfigError):
-        store.prune(-1)
-
-
-def test_prune_keeps_a_session_under_a_live_lease(store: SqliteStore, db_path: Path) -> None:
-    store.sessions.save("busy", [user("a")])
-    assert store.sessions.acquire_lease("busy", owner=make_owner(), ttl_s=600, wait_s=0)
-    with raw(db_path) as conn:
-        conn.execute("UPDATE sessions SET updated_at = updated_at - 7200")
-    assert store.prune(3600).sessions == 0
-    assert store.sessions.ids() == ["busy"]
-
-
-# --- leases ----------------------------------------------------------------------------------
-
-
-def test_lease_is_exclusive_until_released(store: SqliteStore) -> None:
-    a, b = make_owner(), make_owner()
-    leases = store.sessions
-    assert leases.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
-    assert leases.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)  # already ours
-    assert not leases.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0.05)
-    assert leases.renew_lease("s1", owner=a, ttl_s=600)
-    assert not leases.renew_lease("s1", owner=b, ttl_s=600)
-    leases.release_lease("s1", owner=b)  # not the holder: nothing happens
-    assert not leases.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
-    leases.release_lease("s1", owner=a)
-    assert leases.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
-    assert not store.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)  # on the store too
-    with pytest.raises(ConfigError):
-        leases.acquire_lease("s1", owner=a, ttl_s=0, wait_s=0)
-
-
-def test_lease_waiter_gets_it_when_released(store: SqliteStore) -> None:
-    a, b = make_owner(), make_owner()
-    assert store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
-    got: list[bool] = []
-    started = threading.Event()
-
-    def waiter() -> None:
-        started.set()
-        got.append(store.sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=TIMEOUT))
-
-    t = threading.Thread(target=waiter)
-    t.start()
-    assert started.wait(timeout=TIMEOUT)
-    store.sessions.release_lease("s1", owner=a)
-    t.join(timeout=TIMEOUT)
-    assert got == [True]
-
-
-def test_expired_lease_is_taken_over(store: SqliteStore, db_path: Path) -> None:
-    a, b = make_owner(), make_owner()
-    assert store.sessions.acquire_lease("s1", owner=a, ttl_s=0.05, wait_s=0)
-    with raw(db_path) as conn:  # expire it by writing the past, never by waiting
-        conn.execute("UPDATE leases SET expires_at = expires_at - 3600")
-    assert store.sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
-    assert not store.sessions.renew_lease("s1", owner=a, ttl_s=600)
-    assert not store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
 
 
 # --- real processes --------------------------------------------------------------------------
@@ -651,36 +335,7 @@ def test_turn_crashed_in_one_process_resumes_in_another(db_path: Path) -> None:
         assert s.checkpoints.keys("") == []
 
 
-# --- threads ---------------------------------------------------------------------------------
-
-
-def test_sixteen_threads_write_different_sessions(store: SqliteStore) -> None:
-    barrier = threading.Barrier(16)
-    errors: list[BaseException] = []
-
-    def writer(n: int) -> None:
-        try:
-            barrier.wait(timeout=TIMEOUT)
-            sid = f"t{n}"
-            for i in range(20):
-                store.sessions.append(
-                    sid, [user(f"{n}-{i}"), assistant("ok")], expected_length=2 * i
-                )
-                store.checkpoints.save(f"{sid}.turn-{2 * i}", checkpoint(f"{sid}.turn-{2 * i}"))
-                assert len(store.sessions.load(sid) or []) == 2 * i + 2
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
-    assert errors == []
-    assert store.sessions.ids() == sorted(f"t{n}" for n in range(16))
-    for n in range(16):
-        assert texts(store.sessions.load(f"t{n}"))[0::2] == [f"{n}-{i}" for i in range(20)]
-    assert len(store.checkpoints.keys("")) == 16 * 20
+# --- packaging, fork -------------------------------------------------------------------------
 
 
 def test_package_root_does_not_import_sqlite3() -> None:

@@ -1,78 +1,332 @@
-"""One contract suite for every built-in store: the same behaviour, parametrized."""
+"""One conformance suite for every built-in store: the same behaviour, parametrized.
+
+Each store kind comes as a :class:`Kit`: the store plus the few store-specific hooks a test
+needs (open the same data through a new store object, damage or age stored data, where its
+errors say the data is). A test that needs what a store does not have (a lease, ``prune``,
+``commit_turn``, ``close``, raw data to damage) is skipped with the reason the kit gives;
+:func:`test_usable_as_agent_store` checks that those claims match the store.
+
+The Redis kind runs on the server of the ``redis_url`` fixture (see conftest.py). Tests of
+one store's own layout and settings, and the multi-process tests, stay in that store's file.
+"""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lousho_sync import (
-    AgentStore,
+from lousho_sync.agent import create_agent
+from lousho_sync.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
-    ApprovalRecord,
-    Checkpoint,
-    FileSessionStore,
-    FileStorage,
-    ImagePart,
-    LocalStorageCheckpointStore,
-    Message,
-    ScriptedProvider,
-    StorageServiceApprovalStore,
+    ConfigError,
+    InvalidSessionIdError,
+    StoreClosedError,
     StoreConflictError,
-    TextPart,
-    ToolCall,
-    Usage,
-    create_agent,
-    memory_store,
+    StoreCorruptError,
 )
+from lousho_sync.messages import ImagePart, Message, TextPart, ToolCall, Usage
+from lousho_sync.providers.scripted import ScriptedProvider
+from lousho_sync.results import PruneResult
 from lousho_sync.stores._lease import make_owner
+from lousho_sync.stores.base import (
+    ApprovalRecord,
+    ApprovalStore,
+    Checkpoint,
+    CheckpointStore,
+    SessionStore,
+)
+from lousho_sync.stores.files import FileStore
+from lousho_sync.stores.memory import memory_store
 
-KINDS = ["memory", "files", "sqlite"]
-if os.environ.get("LOUSHO_TEST_REDIS_URL"):
-    KINDS.append("redis")
+TIMEOUT = 60.0
+
+# What a store may lack, and which methods (on the store or its sessions) it then lacks.
+CAPABILITIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "leases": ("sessions", ("acquire_lease", "renew_lease", "release_lease")),
+    "store leases": ("store", ("acquire_lease", "renew_lease", "release_lease")),
+    "commit_turn": ("sessions", ("commit_turn",)),
+    "close": ("store", ("close",)),
+    "prune": ("store", ("prune",)),
+}
 
 
-def _make(kind: str, root: Path) -> Any:
-    if kind == "memory":
-        return memory_store()
-    if kind == "files":
-        storage = FileStorage(root / "state")
-        return AgentStore(sessions=FileSessionStore(root / "sessions"),
-                          checkpoints=LocalStorageCheckpointStore(storage),
-                          approvals=StorageServiceApprovalStore(storage))
-    if kind == "sqlite":
+# --- the kits: one store kind each, with the store-specific hooks tests need -----------------
+
+
+class Kit:
+    """A store kind under test.
+
+    ``location`` is what its errors name (a path or an address; None: nothing) and
+    ``location_attr`` the error attribute holding it. ``lacks`` maps what a test may need
+    (a capability of :data:`CAPABILITIES`, or a behaviour) to why this store lacks it.
+    """
+
+    name = ""
+    location: str | None = None
+    location_attr = ""
+    lacks: Mapping[str, str] = {}
+
+    def open(self) -> Any:
+        """A store object on this kit's data (a new one, where the store can be reopened)."""
+        raise NotImplementedError
+
+    def close(self, store: Any) -> None:
+        """Close ``store`` if it can be closed."""
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
+
+    @contextmanager
+    def reopened(self) -> Iterator[Any]:
+        """The same data through a new store object, closed afterwards."""
+        store = self.open()
+        try:
+            yield store
+        finally:
+            self.close(store)
+
+    def need(self, *what: str) -> None:
+        """Skip the test when this store lacks any of ``what``."""
+        for w in what:
+            if w in self.lacks:
+                pytest.skip(f"{self.name}: {self.lacks[w]}")
+
+    def session_location(self, id: str) -> str | None:
+        """What an error about session ``id`` names as the place of the data."""
+        return self.location
+
+    def checkpoint_location(self, key: str) -> str | None:
+        """What an error about checkpoint ``key`` names as the place of the data."""
+        return self.location
+
+    def message_ref(self, index: int) -> str:
+        """How an error names message ``index`` of a transcript."""
+        return f"message {index}"
+
+    def damage_message(self, id: str, index: int) -> None:
+        """Overwrite message ``index`` of session ``id`` with something unreadable."""
+        raise NotImplementedError
+
+    def checkpoint_json(self, key: str) -> str:
+        """The stored JSON of a checkpoint."""
+        raise NotImplementedError
+
+    def set_checkpoint_json(self, key: str, text: str) -> None:
+        """Overwrite the stored JSON of a checkpoint."""
+        raise NotImplementedError
+
+    def age(self, what: str, id: str, seconds: float) -> None:
+        """Make a session / checkpoint / resolved approval look ``seconds`` older."""
+        raise NotImplementedError
+
+
+class MemoryKit(Kit):
+    name = "memory"
+    lacks = {
+        "leases": "the memory store serves one process: it keeps no lease",
+        "store leases": "the memory store keeps no lease",
+        "commit_turn": "the memory store has no commit_turn",
+        "close": "the memory store has nothing to close",
+        "prune": "the memory store has no prune",
+        "raw data": "the memory store keeps objects, not stored text: nothing to damage",
+        "id rule": "the memory store takes any session id (it names no file or key)",
+        "empty append keeps the revision": "an empty append is a write for the memory store",
+    }
+
+    def __init__(self) -> None:
+        self._store = memory_store()
+
+    def open(self) -> Any:
+        return self._store  # nothing outlives the object: "reopening" is the same store
+
+
+class FileKit(Kit):
+    name, location_attr = "files", "path"
+    lacks = {
+        "store leases": "FileStore keeps leases on its sessions store only",
+        "commit_turn": "FileSessionStore has no commit_turn",
+        "close": "FileStore holds nothing open",
+        "any checkpoint key": "checkpoint keys are file names: letters, digits, '.', '_', '-'",
+        "prune skips leased sessions": "FileStore.prune does not look at leases",
+        "ttl rule": "FileSessionStore takes ttl_s=0 as a lease that expires at once",
+    }
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.location = str(root)
+
+    def open(self) -> Any:
+        return FileStore(self.root)
+
+    def _session(self, id: str) -> Path:
+        return self.root / "sessions" / f"{id}.json"
+
+    def _checkpoint(self, key: str) -> Path:
+        return self.root / "state" / "checkpoints" / f"{key}.json"
+
+    def session_location(self, id: str) -> str:
+        return str(self._session(id))
+
+    def checkpoint_location(self, key: str) -> str:
+        return str(self._checkpoint(key))
+
+    def message_ref(self, index: int) -> str:
+        return f"messages[{index}]"
+
+    def damage_message(self, id: str, index: int) -> None:
+        path = self._session(id)
+        doc = json.loads(path.read_text())
+        doc["messages"][index] = "{not json"
+        path.write_text(json.dumps(doc))
+
+    def checkpoint_json(self, key: str) -> str:
+        return self._checkpoint(key).read_text()
+
+    def set_checkpoint_json(self, key: str, text: str) -> None:
+        self._checkpoint(key).write_text(text)
+
+    def age(self, what: str, id: str, seconds: float) -> None:
+        if what == "approval":
+            path = self.root / "state" / "approvals" / f"{id}.json"
+            doc = json.loads(path.read_text())
+            doc["resolved_at"] -= seconds
+            path.write_text(json.dumps(doc))
+            return
+        path = self._session(id) if what == "session" else self._checkpoint(id)
+        mtime = path.stat().st_mtime - seconds
+        os.utime(path, (mtime, mtime))
+
+
+class SqliteKit(Kit):
+    name, location_attr = "sqlite", "path"
+
+    def __init__(self, path: Path) -> None:
+        self.location = str(path)
+
+    def open(self) -> Any:
         from lousho_sync.sqlite import SqliteStore
 
-        return SqliteStore(root / "agent.db")
-    from lousho_sync.redis import RedisStore
+        return SqliteStore(self.location)
 
-    return RedisStore(os.environ["LOUSHO_TEST_REDIS_URL"], prefix=f"contract:{root.name}:")
+    def _sql(self, sql: str, *params: object) -> list[Any]:
+        assert self.location is not None
+        with sqlite3.connect(self.location, isolation_level=None, timeout=10) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def damage_message(self, id: str, index: int) -> None:
+        self._sql("UPDATE messages SET json = '{not json' WHERE seq = ? AND session_key ="
+                  " (SELECT key FROM sessions WHERE id = ?)", index, id)
+
+    def checkpoint_json(self, key: str) -> str:
+        return str(self._sql("SELECT json FROM checkpoints WHERE key = ?", key)[0][0])
+
+    def set_checkpoint_json(self, key: str, text: str) -> None:
+        self._sql("UPDATE checkpoints SET json = ? WHERE key = ?", text, key)
+
+    def age(self, what: str, id: str, seconds: float) -> None:
+        sql = {
+            "session": "UPDATE sessions SET updated_at = updated_at - ? WHERE id = ?",
+            "checkpoint": "UPDATE checkpoints SET updated_at = updated_at - ? WHERE key = ?",
+            "approval": "UPDATE approvals SET resolved_at = resolved_at - ? WHERE id = ?",
+        }[what]
+        self._sql(sql, seconds, id)
 
 
-@pytest.fixture(params=KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    s = _make(request.param, tmp_path)
+class RedisKit(Kit):
+    name, location_attr = "redis", "address"
+
+    def __init__(self, url: str, prefix: str, raw: Any) -> None:
+        self.url, self.prefix, self.raw = url, prefix, raw
+        self.location = url  # the test URLs carry no password: the address is the URL
+
+    def open(self) -> Any:
+        from lousho_sync.redis import RedisStore
+
+        return RedisStore(self.url, prefix=self.prefix)
+
+    def damage_message(self, id: str, index: int) -> None:
+        self.raw.lset(f"{self.prefix}session:{id}", index, "{not json")
+
+    def checkpoint_json(self, key: str) -> str:
+        return str(self.raw.get(f"{self.prefix}checkpoint:{key}"))
+
+    def set_checkpoint_json(self, key: str, text: str) -> None:
+        self.raw.set(f"{self.prefix}checkpoint:{key}", text)
+
+    def age(self, what: str, id: str, seconds: float) -> None:
+        index = {"session": "sessions", "checkpoint": "checkpoints",
+                 "approval": "approvals-resolved"}[what]
+        assert self.raw.zscore(self.prefix + index, id) is not None
+        self.raw.zincrby(self.prefix + index, -seconds, id)
+
+
+@pytest.fixture(params=["memory", "files", "sqlite", "redis"])
+def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Kit:
+    if request.param == "memory":
+        return MemoryKit()
+    if request.param == "files":
+        return FileKit(tmp_path)
+    if request.param == "sqlite":
+        return SqliteKit(tmp_path / "store.db")
+    return RedisKit(request.getfixturevalue("redis_url"),
+                    request.getfixturevalue("redis_prefix"),
+                    request.getfixturevalue("redis_raw"))
+
+
+@pytest.fixture
+def store(kit: Kit) -> Iterator[Any]:
+    s = kit.open()
     yield s
-    close = getattr(s, "close", None)
-    if close is not None:
-        close()
+    kit.close(s)
 
 
-def _reopen(store: Any, tmp_path: Path) -> Any:
-    """The same data through a new store object (memory stores cannot be reopened)."""
-    if isinstance(store, AgentStore) and isinstance(store.sessions, FileSessionStore):
-        return _make("files", tmp_path)
-    name = type(store).__name__
-    if name == "SqliteStore":
-        return _make("sqlite", tmp_path)
-    if name == "RedisStore":
-        return _make("redis", tmp_path)
-    return store
+def user(text: str) -> Message:
+    return Message("user", text)
 
+
+def assistant(text: str) -> Message:
+    return Message("assistant", text)
+
+
+def texts(messages: list[Message] | None) -> list[object]:
+    assert messages is not None
+    return [m.content for m in messages]
+
+
+def approval(id: str, session_id: str = "s1", **kw: Any) -> ApprovalRecord:
+    return ApprovalRecord(id=id, session_id=session_id, checkpoint_key=f"{session_id}.turn-0",
+                          call=ToolCall("call-1", "pay", {"amount": 5}), **kw)
+
+
+def checkpoint(key: str, **kw: Any) -> Checkpoint:
+    return Checkpoint(key=key, session_id=key.split(".")[0], run_id="run-1", **kw)
+
+
+# --- what the store offers -------------------------------------------------------------------
+
+
+def test_usable_as_agent_store(kit: Kit, store: Any) -> None:
+    assert isinstance(store.sessions, SessionStore)
+    assert isinstance(store.checkpoints, CheckpointStore)
+    assert isinstance(store.approvals, ApprovalStore)
+    for name in ("append", "revision", "ids"):
+        assert callable(getattr(store.sessions, name))
+    for capability, (part, methods) in CAPABILITIES.items():
+        owner = store if part == "store" else store.sessions
+        offered = [callable(getattr(owner, m, None)) for m in methods]
+        assert offered == [capability not in kit.lacks] * len(methods), capability
+
+
+# --- sessions --------------------------------------------------------------------------------
 
 MSGS = [
     Message("user", (TextPart("look"), ImagePart(data=bytes(range(256)), media_type="image/png"))),
@@ -83,121 +337,501 @@ MSGS = [
 ]
 
 
-# --- sessions --------------------------------------------------------------------------------
-def test_sessions_round_trip_byte_for_byte(store: Any, tmp_path: Path) -> None:
-    s = store.sessions
-    assert s.load("nobody") is None
-    s.save("a", MSGS)
-    again = _reopen(store, tmp_path).sessions
-    assert again.load("a") == MSGS
-    assert again.load("a")[0].content[1].data == bytes(range(256))
+def test_sessions_round_trip_byte_for_byte(kit: Kit, store: Any) -> None:
+    assert store.sessions.load("nobody") is None
+    store.sessions.save("a", MSGS)
+    with kit.reopened() as again:
+        assert again.sessions.load("a") == MSGS
+        assert again.sessions.load("a")[0].content[1].data == bytes(range(256))
 
 
-def test_saving_empty_stores_nothing_and_delete_forgets(store: Any) -> None:
-    s = store.sessions
-    s.save("a", MSGS)
-    s.save("a", [])
-    assert s.load("a") is None
-    s.save("b", MSGS[:1])
-    s.delete("b")
-    s.delete("b")
-    assert s.load("b") is None
-    assert "a" not in s.ids() and "b" not in s.ids()
+def test_sessions_round_trip_replace_ids_delete(store: Any) -> None:
+    sessions = store.sessions
+    assert sessions.load("s1") is None and sessions.revision("s1") is None
+    assert sessions.ids() == []
+    sessions.save("s1", [user("hi"), assistant("hello")])
+    assert texts(sessions.load("s1")) == ["hi", "hello"]
+    sessions.save("s1", [user("only")])
+    assert texts(sessions.load("s1")) == ["only"]
+    sessions.save("s2", [user("x")])
+    assert sessions.ids() == ["s1", "s2"]
+    sessions.save("s1", [])
+    assert sessions.load("s1") is None and sessions.revision("s1") is None
+    assert sessions.ids() == ["s2"]
+    sessions.delete("s2")
+    sessions.delete("s2")
+    sessions.delete("never-there")
+    assert sessions.load("s2") is None
+    assert sessions.ids() == []
 
 
-def test_append_checks_the_expected_length(store: Any) -> None:
-    s = store.sessions
-    s.append("a", MSGS[:2], expected_length=0)
-    s.append("a", MSGS[2:], expected_length=2)
-    assert s.load("a") == MSGS
+def test_rich_messages_and_long_transcripts_round_trip(store: Any) -> None:
+    call = ToolCall("c1", "search", {"q": "ünïcode", "n": 3})
+    messages = [
+        user("hi \ud800 there"),
+        Message("assistant", "", tool_calls=(call,)),
+        Message("tool", "result", tool_call_id="c1", is_error=True),
+    ]
+    store.sessions.save("s1", messages)
+    assert store.sessions.load("s1") == messages
+    long = [user(f"m{i}") for i in range(2_500)]  # more than one Lua unpack chunk
+    store.sessions.save("long", long)
+    store.sessions.append("long", long[:1_200], expected_length=2_500)
+    assert texts(store.sessions.load("long")) == texts(long) + texts(long[:1_200])
+
+
+def test_longest_valid_session_id_works(store: Any) -> None:
+    sid = "A-z_0" * 25 + "abc"
+    assert len(sid) == 128
+    store.sessions.save(sid, [user("x")])
+    assert store.sessions.ids() == [sid]
+    assert texts(store.sessions.load(sid)) == ["x"]
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "a b", "../etc", "a/b", "/abs", "a.b", "a:b", "x" * 129, "é"]
+)
+def test_invalid_session_id(kit: Kit, store: Any, bad: str) -> None:
+    kit.need("id rule")
+    sessions, owner = store.sessions, make_owner()
+    calls: list[Callable[[], object]] = [
+        lambda: sessions.load(bad),
+        lambda: sessions.save(bad, [user("x")]),
+        lambda: sessions.delete(bad),
+        lambda: sessions.append(bad, [user("x")], expected_length=0),
+        lambda: sessions.revision(bad),
+    ]
+    if "leases" not in kit.lacks:
+        calls += [
+            lambda: sessions.acquire_lease(bad, owner=owner, ttl_s=1, wait_s=0),
+            lambda: sessions.renew_lease(bad, owner=owner, ttl_s=1),
+            lambda: sessions.release_lease(bad, owner=owner),
+        ]
+    for call in calls:
+        with pytest.raises(InvalidSessionIdError) as info:
+            call()
+        assert info.value.session_id == bad
+        assert repr(bad) in str(info.value)
+        assert "^[A-Za-z0-9_-]{1,128}$" in str(info.value)
+        assert isinstance(info.value, ValueError)
+
+
+def test_append_adds_and_bumps_revision(store: Any) -> None:
+    sessions = store.sessions
+    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
+    r1 = sessions.revision("s1")
+    sessions.append("s1", [user("c"), assistant("d")], expected_length=2)
+    r2 = sessions.revision("s1")
+    assert texts(sessions.load("s1")) == ["a", "b", "c", "d"]
+    sessions.save("s1", [user("z")])
+    r3 = sessions.revision("s1")
+    assert len({r1, r2, r3}) == 3
+    sessions.delete("s1")
+    sessions.save("s1", [user("z")])  # same content again: still a new revision
+    assert sessions.revision("s1") not in {r1, r2, r3, None}
+
+
+def test_an_empty_append_writes_nothing(kit: Kit, store: Any) -> None:
+    kit.need("empty append keeps the revision")
+    sessions = store.sessions
+    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
+    before = sessions.revision("s1")
+    sessions.append("s1", [], expected_length=2)
+    assert sessions.revision("s1") == before
+    assert texts(sessions.load("s1")) == ["a", "b"]
+
+
+def test_every_save_is_a_new_revision_even_of_the_same_content(store: Any) -> None:
+    sessions = store.sessions
+    seen: set[object] = set()
+    for _ in range(5):
+        sessions.save("s", [user("same size")])  # the same bytes every time
+        revision = sessions.revision("s")
+        assert revision is not None and revision not in seen
+        seen.add(revision)
+        assert sessions.revision("s") == revision  # stable while nothing is written
+    sessions.delete("s")
+    assert sessions.revision("s") is None
+
+
+def test_append_conflict_names_lengths_and_leaves_store(kit: Kit, store: Any) -> None:
+    sessions = store.sessions
+    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
+    before = sessions.revision("s1")
     with pytest.raises(StoreConflictError) as info:
-        s.append("a", MSGS[:1], expected_length=2)
-    assert info.value.code == "LOUSHO_STORE_CONFLICT"
-    assert info.value.expected_length == 2 and info.value.actual_length == 4
-    assert s.load("a") == MSGS
+        sessions.append("s1", [user("late")], expected_length=1)
+    err = info.value
+    assert (err.expected_length, err.actual_length, err.session_id) == (1, 2, "s1")
+    where = kit.session_location("s1")
+    if where is not None:
+        assert getattr(err, kit.location_attr) == where and where in str(err)
+    assert err.code == "LOUSHO_STORE_CONFLICT"
+    assert texts(sessions.load("s1")) == ["a", "b"]
+    assert sessions.revision("s1") == before
+    with pytest.raises(StoreConflictError) as info:
+        sessions.append("absent", [user("x")], expected_length=3)
+    assert info.value.actual_length == 0
+    assert sessions.load("absent") is None
+    with pytest.raises(StoreConflictError):
+        sessions.append("s1", [], expected_length=5)
 
 
-def test_revision_changes_on_every_write(store: Any) -> None:
-    s = store.sessions
-    seen = {s.revision("a")}
-    s.save("a", MSGS[:1])
-    seen.add(s.revision("a"))
-    s.append("a", MSGS[1:2], expected_length=1)
-    seen.add(s.revision("a"))
-    s.save("a", MSGS[:1])
-    seen.add(s.revision("a"))
-    assert len(seen) == 4
-    assert sorted(s.ids()) == ["a"]
+def test_corrupt_message_names_where_and_which(kit: Kit, store: Any) -> None:
+    kit.need("raw data")
+    store.sessions.save("s1", [user("a"), user("b")])
+    kit.damage_message("s1", 1)
+    with pytest.raises(StoreCorruptError) as info:
+        store.sessions.load("s1")
+    where = kit.session_location("s1")
+    assert where is not None
+    assert where in str(info.value) and kit.message_ref(1) in str(info.value)
+    assert getattr(info.value, kit.location_attr) == where
+    assert info.value.session_id == "s1"
 
 
-# --- checkpoints -------------------------------------------------------------------------------
-def test_checkpoints_round_trip_and_keys_by_prefix(store: Any, tmp_path: Path) -> None:
-    c = store.checkpoints
-    cp = Checkpoint(key="s.turn-4", session_id="s", run_id="r", turn_index=4,
+def test_commit_turn_appends_drops_checkpoint_and_releases_lease(kit: Kit, store: Any) -> None:
+    kit.need("commit_turn")
+    sessions, owner = store.sessions, make_owner()
+    sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
+    store.checkpoints.save("s1.turn-2", checkpoint("s1.turn-2"))
+    store.checkpoints.save("s1.turn-9", checkpoint("s1.turn-9"))
+    assert sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
+    kw: dict[str, Any] = {"checkpoints": store.checkpoints, "checkpoint_key": "s1.turn-2"}
+    with pytest.raises(StoreConflictError) as info:  # nothing changes on a conflict
+        sessions.commit_turn("s1", [user("c")], expected_length=1, release_owner=owner, **kw)
+    assert info.value.actual_length == 2
+    assert store.checkpoints.keys("s1.") == ["s1.turn-2", "s1.turn-9"]
+    assert not sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600, wait_s=0)
+    revision = sessions.commit_turn("s1", [user("c"), assistant("d")], expected_length=2,
+                                    release_owner=owner, **kw)
+    assert revision is not None and revision == sessions.revision("s1")
+    assert texts(sessions.load("s1")) == ["a", "b", "c", "d"]
+    assert store.checkpoints.keys("s1.") == ["s1.turn-9"]
+    other = make_owner()
+    assert sessions.acquire_lease("s1", owner=other, ttl_s=600, wait_s=0)  # released
+    # not the holder: the lease stays; no checkpoint key: nothing else is deleted
+    assert sessions.commit_turn("s1", [user("e")], expected_length=4, checkpoints=None,
+                                checkpoint_key=None, release_owner=owner) is not None
+    assert not sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
+    assert store.checkpoints.keys("s1.") == ["s1.turn-9"]
+    # nothing to append, or another store's checkpoints: None, nothing done
+    assert sessions.commit_turn("s1", [], expected_length=5, release_owner=other, **kw) is None
+    foreign = {"checkpoints": object(), "checkpoint_key": "s1.turn-9"}
+    assert sessions.commit_turn("s1", [user("f")], expected_length=5, release_owner=None,
+                                **foreign) is None
+    assert len(sessions.load("s1")) == 5 and store.checkpoints.keys("s1.") == ["s1.turn-9"]
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+
+def test_checkpoints_round_trip_and_keys(kit: Kit, store: Any) -> None:
+    cps = store.checkpoints
+    assert cps.load("s1.turn-0") is None
+    assert cps.keys("") == []
+    cp = Checkpoint(key="s1.turn-0", session_id="s1", run_id="r", turn_index=4,
                     input=MSGS[:1], recorded=MSGS[1:3], started_call_ids=("c2",),
                     queued_inputs=(Message("user", "more"),), pending_approval_ids=("a1",),
                     usage=Usage(3, 4, 0.5), status="awaiting-approval",
                     extra={"future_field": {"x": 1}})
-    c.save("s.turn-4", cp)
-    c.save("s.turn-5", cp)
-    c.save("t.turn-0", cp)
-    loaded = _reopen(store, tmp_path).checkpoints.load("s.turn-4")
-    assert loaded == cp
-    assert c.keys("s.") == ["s.turn-4", "s.turn-5"]
-    c.delete("s.turn-4")
-    c.delete("s.turn-4")
-    assert c.load("s.turn-4") is None and c.keys("s.") == ["s.turn-5"]
+    cps.save("s1.turn-0", cp)
+    with kit.reopened() as again:
+        assert again.checkpoints.load("s1.turn-0") == cp
+    cps.save("s1.turn-0", checkpoint("s1.turn-0", status="interrupted"))
+    loaded = cps.load("s1.turn-0")
+    assert loaded is not None and loaded.status == "interrupted"
+    for key in ("s1.turn-2", "s10.turn-0", "s2.turn-0", "s1"):
+        cps.save(key, checkpoint(key))
+    assert cps.keys("s1.") == ["s1.turn-0", "s1.turn-2"]
+    assert cps.keys("s1") == ["s1", "s1.turn-0", "s1.turn-2", "s10.turn-0"]
+    assert cps.keys("") == ["s1", "s1.turn-0", "s1.turn-2", "s10.turn-0", "s2.turn-0"]
+    assert cps.keys("s1.turn-0.js") == []
+    assert cps.keys("zz") == []
+    cps.delete("s1.turn-0")
+    cps.delete("s1.turn-0")
+    cps.delete("not-there")
+    assert cps.load("s1.turn-0") is None
+    assert cps.keys("s1.") == ["s1.turn-2"]
 
 
-# --- approvals --------------------------------------------------------------------------------
-def _record(id: str, session: str = "s", at: float = 1.0) -> ApprovalRecord:
-    return ApprovalRecord(id=id, session_id=session, checkpoint_key=f"{session}.turn-0",
-                          call=ToolCall(f"call-{id}", "transfer", {"amount": 5}), created_at=at)
+def test_checkpoint_keys_may_be_any_text(kit: Kit, store: Any) -> None:
+    kit.need("any checkpoint key")
+    cps, cp = store.checkpoints, checkpoint("ü.turn-0")
+    cps.save("s1.turn-0", checkpoint("s1.turn-0"))
+    cps.save("ü.turn-0", cp)
+    assert cps.keys("") == ["s1.turn-0", "ü.turn-0"]
+    assert cps.keys("ü") == ["ü.turn-0"]
+    assert cps.load("ü.turn-0") == cp
 
 
-def test_approvals_resolve_once(store: Any, tmp_path: Path) -> None:
-    a = store.approvals
-    a.create(_record("a1", at=2.0))
-    a.create(_record("a2", at=1.0))
-    a.create(_record("a3", session="other", at=3.0))
-    assert [r.id for r in a.list_pending()] == ["a2", "a1", "a3"]
-    assert [r.id for r in a.list_pending("s")] == ["a2", "a1"]
-    won = a.resolve("a1", approved=False, reason="too much")
-    assert won.status == "denied" and won.reason == "too much" and won.resolved_at
-    with pytest.raises(ApprovalAlreadyResolvedError):
-        a.resolve("a1", approved=True)
-    with pytest.raises(ApprovalNotFoundError):
-        a.resolve("missing", approved=True)
-    again = _reopen(store, tmp_path).approvals
-    got = again.get("a1")
-    assert got is not None and got.status == "denied" and got.call == _record("a1").call
-    assert again.get("missing") is None
-    assert [r.id for r in again.list_pending("s")] == ["a2"]
+def test_checkpoint_unknown_fields_round_trip(kit: Kit, store: Any) -> None:
+    kit.need("raw data")
+    store.checkpoints.save("s1.turn-0", checkpoint("s1.turn-0"))
+    doc = json.loads(kit.checkpoint_json("s1.turn-0"))
+    doc["from_the_future"] = {"a": [1, 2]}
+    kit.set_checkpoint_json("s1.turn-0", json.dumps(doc))
+    loaded = store.checkpoints.load("s1.turn-0")
+    assert loaded is not None and loaded.extra == {"from_the_future": {"a": [1, 2]}}
+    store.checkpoints.save("s1.turn-0", loaded)
+    assert json.loads(kit.checkpoint_json("s1.turn-0"))["from_the_future"] == {"a": [1, 2]}
+    kit.set_checkpoint_json("s1.turn-0", "[broken")
+    with pytest.raises(StoreCorruptError) as info:
+        store.checkpoints.load("s1.turn-0")
+    where = kit.checkpoint_location("s1.turn-0")
+    assert where is not None
+    assert where in str(info.value) and "s1.turn-0" in str(info.value)
 
 
-# --- leases ---
-def test_leases_where_offered(store: Any) -> None:
-    s = store.sessions
-    if not hasattr(s, "acquire_lease"):
-        pytest.skip(f"{type(s).__name__} keeps no lease (one process only)")
-    me, other = make_owner(), make_owner()
-    assert s.acquire_lease("a", owner=me, ttl_s=30, wait_s=0)
-    assert s.acquire_lease("a", owner=me, ttl_s=30, wait_s=0)  # re-entrant for its owner
-    assert not s.acquire_lease("a", owner=other, ttl_s=30, wait_s=0.05)
-    assert s.renew_lease("a", owner=me, ttl_s=30)
-    s.release_lease("a", owner=other)  # not the holder: nothing happens
-    assert not s.acquire_lease("a", owner=other, ttl_s=30, wait_s=0)
-    s.release_lease("a", owner=me)
-    assert s.acquire_lease("a", owner=other, ttl_s=30, wait_s=0)
-    s.release_lease("a", owner=other)
+# --- approvals -------------------------------------------------------------------------------
 
 
-# --- through an agent ---
-def test_a_new_agent_over_the_same_store_sees_the_history(
-    store: Any, tmp_path: Path
-) -> None:
+def test_approvals_create_get_list_resolve(kit: Kit, store: Any) -> None:
+    ap = store.approvals
+    ap.create(approval("a1", created_at=1.0))
+    ap.create(approval("a2", session_id="s2", created_at=2.0))
+    ap.create(approval("a0", created_at=0.5))
+    assert ap.get("nope") is None
+    assert ap.get("a1") == approval("a1", created_at=1.0)
+    assert [r.id for r in ap.list_pending()] == ["a0", "a1", "a2"]
+    assert [r.id for r in ap.list_pending("s2")] == ["a2"]
+    done = ap.resolve("a1", approved=False, reason="too much")
+    assert (done.status, done.reason) == ("denied", "too much")
+    assert done.resolved_at is not None and done.call.arguments == {"amount": 5}
+    assert ap.get("a1") == done
+    assert [r.id for r in ap.list_pending()] == ["a0", "a2"]
+    with pytest.raises(ApprovalAlreadyResolvedError) as info:
+        ap.resolve("a1", approved=True)
+    assert info.value.approval_id == "a1" and "denied" in str(info.value)
+    with pytest.raises(ApprovalNotFoundError) as nf:
+        ap.resolve("ghost", approved=True)
+    assert nf.value.approval_id == "ghost" and isinstance(nf.value, KeyError)
+    assert ap.get("a1") == done
+    with kit.reopened() as again:
+        assert again.approvals.get("a1") == done
+        assert again.approvals.get("ghost") is None
+        assert [r.id for r in again.approvals.list_pending("s1")] == ["a0"]
+    approved = ap.resolve("a0", approved=True)  # no reason
+    assert (approved.status, approved.reason) == ("approved", None)
+    assert ap.get("a0") == approved
+    ap.create(approval("a2", session_id="s2", status="approved", created_at=2.0))  # replace
+    assert ap.list_pending() == []
+
+
+def test_approval_unknown_fields_round_trip(store: Any) -> None:
+    record = approval("a1", extra={"ticket": "T-9"})
+    store.approvals.create(record)
+    assert store.approvals.get("a1") == record
+    done = store.approvals.resolve("a1", approved=True)
+    assert done.extra == {"ticket": "T-9"} and done.status == "approved"
+    got = store.approvals.get("a1")
+    assert got is not None and got.extra == {"ticket": "T-9"}
+
+
+def test_resolve_race_between_threads(store: Any) -> None:
+    store.approvals.create(approval("a1"))
+    barrier = threading.Barrier(8)
+    lock = threading.Lock()
+    outcomes: list[object] = []
+
+    def racer(i: int) -> None:
+        barrier.wait(timeout=TIMEOUT)
+        try:
+            result: object = store.approvals.resolve("a1", approved=i % 2 == 0, reason=f"t{i}")
+        except ApprovalAlreadyResolvedError as exc:
+            result = exc
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+    winners = [o for o in outcomes if isinstance(o, ApprovalRecord)]
+    losers = [o for o in outcomes if isinstance(o, ApprovalAlreadyResolvedError)]
+    assert len(winners) == 1 and len(losers) == 7
+    assert all(e.approval_id == "a1" for e in losers)
+    assert store.approvals.get("a1") == winners[0]
+
+
+# --- threads ---------------------------------------------------------------------------------
+
+
+def test_sixteen_threads_write_different_sessions(store: Any) -> None:
+    barrier = threading.Barrier(16)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait(timeout=TIMEOUT)
+            sid = f"t{n}"
+            for i in range(20):
+                store.sessions.append(sid, [user(f"{n}-{i}"), assistant("ok")],
+                                      expected_length=2 * i)
+                store.checkpoints.save(f"{sid}.turn-{2 * i}", checkpoint(f"{sid}.turn-{2 * i}"))
+                assert len(store.sessions.load(sid) or []) == 2 * i + 2
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+    assert errors == []
+    assert store.sessions.ids() == sorted(f"t{n}" for n in range(16))
+    for n in range(16):
+        assert texts(store.sessions.load(f"t{n}"))[0::2] == [f"{n}-{i}" for i in range(20)]
+    assert len(store.checkpoints.keys("")) == 16 * 20
+
+
+# --- close, prune ----------------------------------------------------------------------------
+
+
+def test_use_after_close(kit: Kit) -> None:
+    kit.need("close")
+    s = kit.open()
+    s.sessions.save("s1", [user("a")])
+    s.close()
+    s.close()
+    calls: list[Callable[[], object]] = [
+        lambda: s.sessions.load("s1"),
+        lambda: s.sessions.append("s1", [user("b")], expected_length=1),
+        lambda: s.checkpoints.keys(""),
+        lambda: s.approvals.list_pending(),
+        lambda: s.acquire_lease("s1", owner=make_owner(), ttl_s=1, wait_s=0),
+        lambda: s.prune(10),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError) as info:
+            call()
+        assert kit.location is not None and kit.location in str(info.value)
+    with kit.open() as again:
+        assert texts(again.sessions.load("s1")) == ["a"]
+    with pytest.raises(StoreClosedError):
+        again.sessions.ids()
+
+
+def test_prune_counts_and_keeps_pending(kit: Kit, store: Any) -> None:
+    kit.need("prune", "raw data")
+    store.sessions.save("old", [user("a"), user("b")])
+    store.sessions.save("new", [user("c")])
+    store.checkpoints.save("old.turn-2", checkpoint("old.turn-2"))
+    store.checkpoints.save("new.turn-1", checkpoint("new.turn-1"))
+    for id in ("resolved-old", "resolved-new", "pending-old"):
+        store.approvals.create(approval(id, created_at=1.0 if id == "pending-old" else 2.0))
+    store.approvals.resolve("resolved-old", approved=True)
+    store.approvals.resolve("resolved-new", approved=False)
+    kit.age("session", "old", 7200)  # two hours ago, written directly: no waiting
+    kit.age("checkpoint", "old.turn-2", 7200)
+    kit.age("approval", "resolved-old", 7200)
+    assert store.prune(3600) == PruneResult(sessions=1, checkpoints=1, approvals=1)
+    assert store.sessions.ids() == ["new"]
+    assert store.sessions.load("old") is None
+    assert store.checkpoints.keys("") == ["new.turn-1"]
+    assert store.approvals.get("resolved-old") is None
+    assert [r.id for r in store.approvals.list_pending()] == ["pending-old"]
+    assert store.approvals.get("resolved-new") is not None
+    assert store.prune(3600) == PruneResult(0, 0, 0)
+    with pytest.raises(ConfigError):
+        store.prune(-1)
+
+
+def test_prune_keeps_a_session_under_a_live_lease(kit: Kit, store: Any) -> None:
+    kit.need("prune", "leases", "prune skips leased sessions", "raw data")
+    store.sessions.save("busy", [user("a")])
+    assert store.sessions.acquire_lease("busy", owner=make_owner(), ttl_s=600, wait_s=0)
+    kit.age("session", "busy", 7200)
+    assert store.prune(3600).sessions == 0
+    assert store.sessions.ids() == ["busy"]
+
+
+# --- leases ----------------------------------------------------------------------------------
+
+
+def test_lease_is_exclusive_until_released(kit: Kit, store: Any) -> None:
+    kit.need("leases")
+    a, b, c = make_owner(), make_owner(), make_owner()
+    leases = store.sessions
+    assert leases.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    assert leases.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)  # already ours
+    assert not leases.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0.05)
+    with kit.reopened() as other_store:  # another object: only the stored lease is shared
+        other = other_store.sessions
+        assert not other.acquire_lease("s1", owner=c, ttl_s=600, wait_s=0.05)
+        assert leases.renew_lease("s1", owner=a, ttl_s=600)
+        assert not leases.renew_lease("s1", owner=b, ttl_s=600)
+        leases.release_lease("s1", owner=b)  # not the holder: nothing happens
+        assert not other.acquire_lease("s1", owner=c, ttl_s=600, wait_s=0)
+        leases.release_lease("s1", owner=a)
+        assert not leases.renew_lease("s1", owner=a, ttl_s=600)
+        assert other.acquire_lease("s1", owner=c, ttl_s=600, wait_s=0)
+        assert not leases.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+        other.release_lease("s1", owner=c)
+    assert leases.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
+    leases.release_lease("s1", owner=b)
+
+
+def test_the_store_itself_offers_the_lease(kit: Kit, store: Any) -> None:
+    kit.need("leases", "store leases")
+    a, b = make_owner(), make_owner()
+    assert store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    assert not store.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
+    store.sessions.release_lease("s1", owner=a)
+    assert store.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
+    assert not store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    assert store.renew_lease("s1", owner=b, ttl_s=600)
+    store.release_lease("s1", owner=b)
+    assert store.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+
+
+def test_lease_ttl_must_be_positive(kit: Kit, store: Any) -> None:
+    kit.need("leases", "ttl rule")
+    owner = make_owner()
+    with pytest.raises(ConfigError):
+        store.sessions.acquire_lease("s1", owner=owner, ttl_s=0, wait_s=0)
+    with pytest.raises(ConfigError):
+        store.sessions.renew_lease("s1", owner=owner, ttl_s=-1)
+
+
+def test_lease_waiter_gets_it_when_released(kit: Kit, store: Any) -> None:
+    kit.need("leases")
+    a, b = make_owner(), make_owner()
+    assert store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    got: list[bool] = []
+    started = threading.Event()
+
+    def waiter() -> None:
+        started.set()
+        got.append(store.sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=TIMEOUT))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    assert started.wait(timeout=TIMEOUT)
+    store.sessions.release_lease("s1", owner=a)
+    t.join(timeout=TIMEOUT)
+    assert got == [True]
+    store.sessions.release_lease("s1", owner=b)
+
+
+def test_short_lease_is_taken_over_when_it_expires(kit: Kit, store: Any) -> None:
+    kit.need("leases")
+    a, b = make_owner(), make_owner()
+    assert store.sessions.acquire_lease("s1", owner=a, ttl_s=0.05, wait_s=0)
+    assert store.sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=TIMEOUT)
+    assert not store.sessions.renew_lease("s1", owner=a, ttl_s=600)
+    store.sessions.release_lease("s1", owner=a)  # too late: not the holder any more
+    assert not store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    store.sessions.release_lease("s1", owner=b)
+
+
+# --- through an agent ------------------------------------------------------------------------
+
+
+def test_a_new_agent_over_the_same_store_sees_the_history(kit: Kit, store: Any) -> None:
     provider = ScriptedProvider(default=lambda r: f"{len(list(r.messages))} messages seen")
     create_agent(provider=provider, store=store).session(id="u").send("hello")
-    again = create_agent(provider=provider, store=_reopen(store, tmp_path)).session(id="u")
-    assert [m.text for m in again.messages] == ["hello", "1 messages seen"]
-    assert again.send("and now?").text == "3 messages seen"
+    with kit.reopened() as again_store:
+        again = create_agent(provider=provider, store=again_store).session(id="u")
+        assert [m.text for m in again.messages] == ["hello", "1 messages seen"]
+        assert again.send("and now?").text == "3 messages seen"

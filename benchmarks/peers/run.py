@@ -15,10 +15,11 @@ Python allocations only, not SQLite's own page cache) and, on SQLite, the file s
 -wal while open, and the db alone after the last connection closed and a
 ``wal_checkpoint(TRUNCATE)``) next to the history's JSON in the framework's own format.
 The frameworks' async APIs are awaited inside one event loop, so no per-turn loop set-up is
-counted. The timed turns go round-robin over the frameworks (turn 1 of each, then turn 2 of
-each, ...), so disk and CPU noise from elsewhere on the machine hits all of them alike.
-Ratios are lousho / peer: below 1 means lousho is cheaper. "lousho normal" is lousho's
-SqliteStore at synchronous="normal" (no fsync per commit), shown for reference.
+counted. The timed turns go round-robin over the frameworks in blocks of 10 (turns 1-10 of
+each, then turns 11-20 of each, ...), so disk and CPU noise from elsewhere on the machine
+hits all of them alike. Ratios are lousho / peer: below 1 means lousho is cheaper.
+"lousho normal" is lousho's SqliteStore at synchronous="normal" (no fsync per commit),
+shown for reference.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ PEERS = (
 )
 STORAGES: tuple[Storage, ...] = ("memory", "sqlite")
 WINDOW = 10
+BLOCK = 10
+"""Turns a framework runs before the next one takes over (caches stay warm within one)."""
 
 
 @dataclass
@@ -173,8 +176,9 @@ def _rotated(items: list[_Live], k: int) -> list[_Live]:
 
 async def _timed(entries: list[tuple[PeerModule, PeerResult]], storage: Storage,
                  cfg: Config) -> None:
-    """Median µs early, late and of a tool turn, for every framework at once: turn by turn
-    round-robin (rotating who goes first), so disk and CPU noise hit all alike."""
+    """Median µs early, late and of a tool turn, for every framework at once: round-robin
+    by blocks of BLOCK turns (rotating who goes first), so disk and CPU noise hit all alike
+    while each framework's code stays warm in the CPU caches through its block."""
     live: list[_Live] = []
     for mod, result in entries:
         try:
@@ -192,18 +196,18 @@ async def _timed(entries: list[tuple[PeerModule, PeerResult]], storage: Storage,
         for c in range(cfg.conversations):
             chats = {id(p): p.backend.chat(f"conv-{c}", tools=False) for p in live}
             gc.collect()
-            for turn in range(1, cfg.turns + 1):
-                for p in _rotated(live, turn):
+            for first in range(1, cfg.turns + 1, BLOCK):
+                for p in _rotated(live, c + first // BLOCK):
                     try:
-                        elapsed = await _turn(chats[id(p)], turn)
+                        for turn in range(first, min(first + BLOCK, cfg.turns + 1)):
+                            elapsed = await _turn(chats[id(p)], turn)
+                            if turn <= WINDOW:
+                                p.early.append(elapsed)
+                            elif turn > cfg.turns - WINDOW:
+                                p.late.append(elapsed)
                     except Exception as exc:
                         _fail(p.result, storage, exc)
                         live.remove(p)
-                        continue
-                    if turn <= WINDOW:
-                        p.early.append(elapsed)
-                    elif turn > cfg.turns - WINDOW:
-                        p.late.append(elapsed)
             for chat in chats.values():
                 chat.close()
         gc.collect()

@@ -1,4 +1,7 @@
-"""HTTP machinery shared by the real providers: sessions, retries, SSE, errors, redaction.
+"""HTTP machinery shared by the real providers: sessions, retries, errors, redaction.
+
+The SSE parser (:mod:`._sse`) and the response builder (:mod:`._builder`) live in their own
+modules; their public names are re-exported here for the providers.
 
 Everything goes through ``requests``. One :class:`HttpClient` per provider object:
 
@@ -26,11 +29,10 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import attrs
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
@@ -38,9 +40,9 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ..errors import AbortedError, ConfigError, ProviderError, RateLimitedError
-from ..messages import Message, ToolCall, Usage
 from ..signal import Signal
-from .base import ModelResponse, ModelTextDelta, ModelToolCallDelta
+from ._builder import ResponseBuilder, clip
+from ._sse import SseEvent, iter_sse
 
 __all__ = [
     "Body",
@@ -138,75 +140,6 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     if when is None:  # pragma: no cover - older Pythons
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-# --- Server-sent events -------------------------------------------------------------
-
-
-@attrs.frozen(slots=True)
-class SseEvent:
-    """One dispatched server-sent event: its ``event`` name (default ``message``) and data."""
-
-    event: str
-    data: str
-    id: str | None = None
-
-
-def _iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """Complete lines (CR, LF or CRLF ended); an unterminated last line is dropped."""
-    buf = bytearray()
-    first = True
-    for chunk in chunks:
-        buf += chunk
-        start = 0
-        while True:
-            cr, lf = buf.find(b"\r", start), buf.find(b"\n", start)
-            if cr < 0 and lf < 0:
-                break
-            if lf < 0 or 0 <= cr < lf:
-                if cr == len(buf) - 1:  # maybe the first half of CRLF: wait for more
-                    break
-                end, nxt = cr, cr + 2 if buf[cr + 1 : cr + 2] == b"\n" else cr + 1
-            else:
-                end, nxt = lf, lf + 1
-            line = buf[start:end].decode("utf-8", errors="replace")
-            if first:
-                line, first = line.removeprefix("\ufeff"), False
-            start = nxt
-            yield line
-        del buf[:start]
-    if buf.endswith(b"\r"):
-        yield buf[:-1].decode("utf-8", errors="replace")
-
-
-def iter_sse(chunks: Iterable[bytes]) -> Iterator[SseEvent]:
-    """Parse a server-sent event stream (WHATWG rules) from raw byte chunks.
-
-    Handles ``event:``/``data:``/``id:`` fields, multi-line data, ``:`` comments and any
-    line ending. A last event not followed by a blank line is still dispatched if its
-    lines are complete; a cut-off last line is dropped.
-    """
-    event, last_id = "", None
-    data: list[str] = []
-    for line in _iter_lines(chunks):
-        if not line:
-            if data:
-                yield SseEvent(event or "message", "\n".join(data), last_id)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, colon, value = line.partition(":")
-        if colon and value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-        elif name == "id" and "\0" not in value:
-            last_id = value
-    if data:
-        yield SseEvent(event or "message", "\n".join(data), last_id)
 
 
 # --- Connection tracking (for abort) -------------------------------------------------
@@ -688,128 +621,15 @@ def _error_details(raw: bytes) -> tuple[str, str | None]:
     try:
         data = json.loads(text)
     except ValueError:
-        return _clip(text), None
+        return clip(text), None
     if isinstance(data, dict):
         err = data.get("error", data)
         if isinstance(err, str):
-            return _clip(err), None
+            return clip(err), None
         if isinstance(err, dict):
             etype = err.get("type") or err.get("code")
             msg = err.get("message") or err.get("detail") or data.get("detail")
-            return _clip(str(msg) if msg is not None else text), (
+            return clip(str(msg) if msg is not None else text), (
                 str(etype) if etype is not None else None
             )
-    return _clip(text), None
-
-
-def _clip(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-# --- One answer, from deltas or from a whole response --------------------------------
-
-
-@attrs.define
-class _CallSlot:
-    id: str | None = None
-    name: str | None = None
-    fragments: list[str] = attrs.Factory(list)
-
-
-class ResponseBuilder:
-    """Collects one answer, streamed (deltas) or complete (whole parts), into a response.
-
-    Both paths of a provider feed the same builder, so a streamed and a complete answer
-    end as the same :class:`ModelResponse`. Not thread-safe (one per call).
-    """
-
-    def __init__(self, provider: str, secret: Secret) -> None:
-        self.provider = provider
-        self._secret = secret
-        self._text: list[str] = []
-        self._calls: dict[int, _CallSlot] = {}
-        self.finish_reason: str | None = None
-        self.model: str | None = None
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.cost_usd: float | None = None
-
-    def redact(self, text: str) -> str:
-        """``text`` without the API key."""
-        return self._secret.redact(text)
-
-    def text(self, piece: object) -> ModelTextDelta | None:
-        """Add text; returns the delta to stream (None for nothing)."""
-        if not isinstance(piece, str) or not piece:
-            return None
-        self._text.append(piece)
-        return ModelTextDelta(self._secret.redact(piece))
-
-    def tool_call(
-        self, index: int, id: object, name: object, fragment: object
-    ) -> ModelToolCallDelta | None:
-        """Add a piece of tool call ``index``; returns the delta to stream (None for nothing)."""
-        slot = self._calls.setdefault(index, _CallSlot())
-        new_id = id if isinstance(id, str) and id and slot.id is None else None
-        new_name = name if isinstance(name, str) and name and slot.name is None else None
-        if new_id is not None:
-            slot.id = new_id
-        if new_name is not None:
-            slot.name = new_name
-        piece = fragment if isinstance(fragment, str) else ""
-        if piece:
-            slot.fragments.append(piece)
-        if new_id is None and new_name is None and not piece:
-            return None
-        return ModelToolCallDelta(index, new_id, new_name, self._secret.redact(piece))
-
-    def build(
-        self, finish_map: Mapping[str, str], plain: frozenset[str] = frozenset()
-    ) -> ModelResponse:
-        """The whole answer; ``finish_map`` maps the provider's reasons to lousho's.
-
-        A provider reason not in ``plain`` is kept in ``message.metadata["finish_reason"]``
-        (e.g. ``content_filter``, ``refusal``), since the mapping loses it.
-        """
-        raw = self.finish_reason
-        mapped = finish_map.get(raw, "stop") if raw is not None else "stop"
-        calls = tuple(self._call(i, mapped) for i in sorted(self._calls))
-        if calls and mapped == "stop":
-            mapped = "tool_calls"
-        elif not calls and mapped == "tool_calls":
-            mapped = "stop"
-        usage = Usage(self.input_tokens, self.output_tokens, self.cost_usd)
-        metadata = {"finish_reason": raw} if raw is not None and raw not in plain else {}
-        text = self._secret.redact("".join(self._text))
-        message = Message(
-            "assistant", text, tool_calls=cast(Any, calls), usage=usage, metadata=metadata
-        )
-        return ModelResponse(message, mapped, self.model)
-
-    def _call(self, index: int, finish: str) -> ToolCall:
-        slot = self._calls[index]
-        if not slot.name:
-            raise ProviderError(
-                f"{self.provider}: tool call {index} arrived without a name",
-                error_type="invalid_response",
-                provider=self.provider,
-            )
-        raw = self._secret.redact("".join(slot.fragments)).strip()
-        try:
-            arguments = json.loads(raw) if raw else {}
-        except ValueError as exc:
-            cut = " (the answer was cut at max_tokens)" if finish == "length" else ""
-            raise ProviderError(
-                f"{self.provider}: the model sent invalid JSON arguments for tool "
-                f"{slot.name!r}{cut}: {_clip(raw, 200)!r}",
-                error_type="invalid_tool_arguments",
-                provider=self.provider,
-            ) from exc
-        if not isinstance(arguments, dict):
-            raise ProviderError(
-                f"{self.provider}: the arguments of tool {slot.name!r} are not a JSON "
-                f"object: {_clip(raw, 200)!r}",
-                error_type="invalid_tool_arguments",
-                provider=self.provider,
-            )
-        return ToolCall(slot.id or f"call_{index}", slot.name, arguments)
+    return clip(text), None

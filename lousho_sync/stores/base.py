@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError
 from ..messages import Message, ToolCall, Usage
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "SessionStore",
     "StorageService",
     "now",
+    "resolved",
 ]
 
 CHECKPOINT_VERSION = 1
@@ -95,6 +97,29 @@ class ApprovalRecord:
     created_at: float = attrs.field(factory=now)
     resolved_at: float | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map)
+
+
+def resolved(
+    record: ApprovalRecord | None, id: str, *, approved: bool, reason: str | None
+) -> ApprovalRecord:
+    """``record`` (the stored approval ``id``, or None) resolved now as approved or denied
+    with ``reason``, for a store that resolves under its own lock and writes the result.
+
+    Raises ApprovalNotFoundError when ``record`` is None and ApprovalAlreadyResolvedError
+    when it is no longer pending.
+    """
+    if record is None:
+        raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
+    if record.status != "pending":
+        raise ApprovalAlreadyResolvedError(
+            f"approval {id!r} was already {record.status}", approval_id=id
+        )
+    return attrs.evolve(
+        record,
+        status="approved" if approved else "denied",
+        reason=reason,
+        resolved_at=now(),
+    )
 
 
 @runtime_checkable

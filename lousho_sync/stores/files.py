@@ -40,7 +40,6 @@ from ..codec import (
     loads_messages,
 )
 from ..errors import (
-    ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     InvalidSessionIdError,
     StoreConflictError,
@@ -51,7 +50,7 @@ from ..errors import (
 from ..messages import Message
 from ..results import PruneResult
 from ._lease import poll_until
-from .base import ApprovalRecord, Checkpoint, StorageService, now
+from .base import ApprovalRecord, Checkpoint, StorageService, resolved
 
 __all__ = [
     "FileSessionStore",
@@ -577,19 +576,7 @@ class StorageServiceApprovalStore:
         if not self._valid(id):
             raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
         with self._storage.lock(f"{self._PREFIX}{id}"):
-            record = self._read(id)
-            if record is None:
-                raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
-            if record.status != "pending":
-                raise ApprovalAlreadyResolvedError(
-                    f"approval {id!r} was already {record.status}", approval_id=id
-                )
-            record = attrs.evolve(
-                record,
-                status="approved" if approved else "denied",
-                reason=reason,
-                resolved_at=now(),
-            )
+            record = resolved(self._read(id), id, approved=approved, reason=reason)
             self._storage.put(f"{self._PREFIX}{id}.json", dumps_approval(record).encode())
         return record
 

@@ -6,11 +6,9 @@ import itertools
 import threading
 from collections.abc import Sequence
 
-import attrs
-
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreConflictError
+from ..errors import StoreConflictError
 from ..messages import Message
-from .base import AgentStore, ApprovalRecord, Checkpoint, now
+from .base import AgentStore, ApprovalRecord, Checkpoint, resolved
 
 __all__ = [
     "InMemoryApprovalStore",
@@ -126,19 +124,7 @@ class InMemoryApprovalStore:
     def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
         """Resolve once; later calls raise ApprovalAlreadyResolvedError."""
         with self._lock:
-            record = self._data.get(id)
-            if record is None:
-                raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
-            if record.status != "pending":
-                raise ApprovalAlreadyResolvedError(
-                    f"approval {id!r} was already {record.status}", approval_id=id
-                )
-            record = attrs.evolve(
-                record,
-                status="approved" if approved else "denied",
-                reason=reason,
-                resolved_at=now(),
-            )
+            record = resolved(self._data.get(id), id, approved=approved, reason=reason)
             self._data[id] = record
             return record
 
