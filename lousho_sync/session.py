@@ -102,6 +102,9 @@ class _Turn:
 class _Ticket:
     seq: int
     turn: _Turn
+    thread: int = attrs.field(factory=threading.get_ident)
+    """The thread that queued it; ``started`` once its run is being driven."""
+    started: bool = False
 
 
 class _SessionState:
@@ -382,6 +385,7 @@ class Session:
         control = ticket.turn.control
         assert control is not None
 
+        ticket.started = True
         with st.cond:  # fast path: the session is idle and this ticket is next
             if (not control.signal.aborted and st.current is None and st.waiting
                     and st.waiting[0] is ticket):
@@ -406,9 +410,28 @@ class Session:
                         st.waiting.pop(0)
                         st.current = ticket.turn
                         return True
+                    self._refuse_self_deadlock_locked(ticket)
                     st.cond.wait()
         finally:
             remove()
+
+    def _refuse_self_deadlock_locked(self, ticket: _Ticket) -> None:
+        """A turn queued ahead by this very thread whose run nobody reads would block this
+        thread forever: refuse instead, with a message saying what to do."""
+        st = self._state
+        me = threading.get_ident()
+        for ahead in st.waiting:
+            if ahead is ticket:
+                return
+            if not ahead.started and ahead.thread == me:
+                st.waiting.remove(ticket)
+                st.cond.notify_all()
+                raise SessionBusyError(
+                    f"session {self._id!r}: this thread started a stream() that has not been "
+                    "read yet, and this call would wait for it forever; iterate that run (or "
+                    "call its result()) first",
+                    session_id=self._id,
+                )
 
     def _release_slot(self, turn: _Turn) -> None:
         st = self._state

@@ -514,3 +514,14 @@ def test_a_store_that_fails_to_save_fails_the_run_after_run_start() -> None:
     result = session.resume()
     assert result is not None and result.text == "answer"
     assert texts(store.load("s") or []) == ["user:hi", "assistant:answer"]
+
+
+def test_a_send_behind_an_unread_stream_of_the_same_thread_is_refused_not_deadlocked() -> None:
+    session = create_agent(provider=ScriptedProvider(default=echo)).session()
+    run = session.stream("first")
+    with pytest.raises(SessionBusyError, match="has not been read yet"):
+        session.send("second")
+    assert run.result(timeout=WAIT).text == "re: first"
+    assert session.send("third").text == "re: third"
+    assert texts(session.messages) == ["user:first", "assistant:re: first", "user:third",
+                                       "assistant:re: third"]
