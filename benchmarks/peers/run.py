@@ -15,9 +15,11 @@ Python allocations only, not SQLite's own page cache) and, on SQLite, the file s
 -wal while open, and the db alone after the last connection closed and a
 ``wal_checkpoint(TRUNCATE)``) next to the history's JSON in the framework's own format.
 The frameworks' async APIs are awaited inside one event loop, so no per-turn loop set-up is
-counted. The timed turns go round-robin over the frameworks in blocks of 10 (turns 1-10 of
-each, then turns 11-20 of each, ...), so disk and CPU noise from elsewhere on the machine
-hits all of them alike. Ratios are lousho / peer: below 1 means lousho is cheaper.
+counted. One framework runs at a time, on a freshly opened and warmed-up backend, with
+only its own objects alive (another framework's heap would slow its garbage collector); the
+order rotates from one conversation (or block of 10 tool turns) to the next, so noise from
+elsewhere on the machine is spread over all of them. Ratios are lousho / peer: below 1
+means lousho is cheaper.
 "lousho normal" is lousho's SqliteStore at synchronous="normal" (no fsync per commit),
 shown for reference.
 """
@@ -35,8 +37,9 @@ import statistics
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import cast
@@ -61,8 +64,8 @@ PEERS = (
 )
 STORAGES: tuple[Storage, ...] = ("memory", "sqlite")
 WINDOW = 10
-BLOCK = 10
-"""Turns a framework runs before the next one takes over (caches stay warm within one)."""
+WARM_TURNS = 20
+TOOL_BLOCK = 10
 
 
 @dataclass
@@ -153,15 +156,15 @@ def _compact_size(path: Path) -> tuple[int, tuple[str, int]]:
 
 
 @dataclass
-class _Live:
-    """A framework taking part in the timed phase of one storage."""
+class _Samples:
+    """The timings of one framework on one storage."""
 
     mod: PeerModule
     result: PeerResult
-    backend: Backend
     early: list[int] = field(default_factory=list)
     late: list[int] = field(default_factory=list)
     tools: list[int] = field(default_factory=list)
+    opened: int = 0
 
 
 def _fail(result: PeerResult, storage: Storage, exc: BaseException) -> None:
@@ -169,58 +172,69 @@ def _fail(result: PeerResult, storage: Storage, exc: BaseException) -> None:
     result.figures.pop(storage, None)
 
 
-def _rotated(items: list[_Live], k: int) -> list[_Live]:
+def _rotated(items: list[_Samples], k: int) -> list[_Samples]:
     k %= max(1, len(items))
     return items[k:] + items[:k]
 
 
+async def _open(p: _Samples, storage: Storage, cfg: Config) -> Backend:
+    """A fresh backend (same file as before on SQLite), warmed up, its garbage collected."""
+    p.opened += 1
+    backend = p.mod.open_backend(storage, cfg.directory / f"{p.mod.NAME}-timed.db")
+    warm = backend.chat(f"warm-{p.opened}", tools=False)
+    await _conversation(warm, WARM_TURNS)
+    warm.close()
+    for i in range(3):
+        await _tool_turn(backend, f"warm-{p.opened}-tool-{i}")
+    gc.collect()
+    return backend
+
+
+async def _conversation_job(p: _Samples, storage: Storage, cfg: Config, c: int) -> None:
+    backend = await _open(p, storage, cfg)
+    try:
+        chat = backend.chat(f"conv-{c}", tools=False)
+        for turn in range(1, cfg.turns + 1):
+            elapsed = await _turn(chat, turn)
+            if turn <= WINDOW:
+                p.early.append(elapsed)
+            elif turn > cfg.turns - WINDOW:
+                p.late.append(elapsed)
+        chat.close()
+    finally:
+        backend.close()
+
+
+async def _tool_job(p: _Samples, storage: Storage, cfg: Config, block: int, reps: int) -> None:
+    backend = await _open(p, storage, cfg)
+    try:
+        for i in range(reps):
+            p.tools.append(await _tool_turn(backend, f"tool-{block}-{i}"))
+    finally:
+        backend.close()
+
+
 async def _timed(entries: list[tuple[PeerModule, PeerResult]], storage: Storage,
                  cfg: Config) -> None:
-    """Median µs early, late and of a tool turn, for every framework at once: round-robin
-    by blocks of BLOCK turns (rotating who goes first), so disk and CPU noise hit all alike
-    while each framework's code stays warm in the CPU caches through its block."""
-    live: list[_Live] = []
-    for mod, result in entries:
-        try:
-            backend = mod.open_backend(storage, cfg.directory / f"{mod.NAME}-timed.db")
-            warm = backend.chat("warm", tools=False)
-            await _conversation(warm, 20)
-            warm.close()
-            for i in range(5):
-                await _tool_turn(backend, f"warm-tool-{i}")
-        except Exception as exc:  # reported; the others still run
-            _fail(result, storage, exc)
-            continue
-        live.append(_Live(mod, result, backend))
-    try:
-        for c in range(cfg.conversations):
-            chats = {id(p): p.backend.chat(f"conv-{c}", tools=False) for p in live}
-            gc.collect()
-            for first in range(1, cfg.turns + 1, BLOCK):
-                for p in _rotated(live, c + first // BLOCK):
-                    try:
-                        for turn in range(first, min(first + BLOCK, cfg.turns + 1)):
-                            elapsed = await _turn(chats[id(p)], turn)
-                            if turn <= WINDOW:
-                                p.early.append(elapsed)
-                            elif turn > cfg.turns - WINDOW:
-                                p.late.append(elapsed)
-                    except Exception as exc:
-                        _fail(p.result, storage, exc)
-                        live.remove(p)
-            for chat in chats.values():
-                chat.close()
-        gc.collect()
-        for i in range(cfg.tool_reps):
-            for p in _rotated(live, i):
-                try:
-                    p.tools.append(await _tool_turn(p.backend, f"tool-{i}"))
-                except Exception as exc:
-                    _fail(p.result, storage, exc)
-                    live.remove(p)
-    finally:
-        for p in live:
-            p.backend.close()
+    """Median µs early, late and of a tool turn. One framework runs at a time, on a fresh
+    backend, so no other framework's objects weigh on its garbage collector; the order
+    rotates job by job (a conversation, or a block of TOOL_BLOCK tool turns), so noise from
+    elsewhere on the machine is spread over all of them."""
+    live = [_Samples(mod, result) for mod, result in entries]
+    jobs: list[tuple[int, Callable[[_Samples], Awaitable[None]]]] = [
+        (c, partial(_conversation_job, storage=storage, cfg=cfg, c=c))
+        for c in range(cfg.conversations)
+    ]
+    for b, first in enumerate(range(0, cfg.tool_reps, TOOL_BLOCK)):
+        reps = min(TOOL_BLOCK, cfg.tool_reps - first)
+        jobs.append((b, partial(_tool_job, storage=storage, cfg=cfg, block=b, reps=reps)))
+    for k, job in jobs:
+        for p in _rotated(live, k):
+            try:
+                await job(p)
+            except Exception as exc:  # reported; the others still run
+                _fail(p.result, storage, exc)
+                live.remove(p)
     for p in live:
         fig = p.result.figures.setdefault(storage, Figures())
         fig.early_us, fig.late_us, fig.tool_us = map(_median_us, (p.early, p.late, p.tools))
