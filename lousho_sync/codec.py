@@ -154,7 +154,11 @@ def _unstructure_tool_call(c: ToolCall) -> dict[str, Any]:
 
 
 def _unstructure_usage(u: Usage) -> dict[str, Any]:
-    d: dict[str, Any] = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+    d: dict[str, Any] = {}  # zero counts are left out (they read back as 0)
+    if u.input_tokens:
+        d["input_tokens"] = u.input_tokens
+    if u.output_tokens:
+        d["output_tokens"] = u.output_tokens
     if u.cost_usd is not None:
         d["cost_usd"] = u.cost_usd
     return d

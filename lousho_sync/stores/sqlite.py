@@ -6,22 +6,30 @@ failing). Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
 
     sessions    (key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, length, revision,
                  updated_at)
-    messages    (session_key, seq, json, PRIMARY KEY (session_key, seq))   one row a message
+    messages    (id INTEGER PRIMARY KEY = session key << 32 | seq, json)   one row a message
     checkpoints (key TEXT PRIMARY KEY, session_id, json, updated_at)
     approvals   (id TEXT PRIMARY KEY, session_id, status, reason, json, created_at,
                  resolved_at)
     leases      (session_id TEXT PRIMARY KEY, owner, expires_at)
 
-Messages point at an integer session key (never reused, thanks to AUTOINCREMENT), which
-keeps the per-message index small; ``revision(id)`` is ``(key, counter)``, so it never
+A message's rowid is its session's integer key (never reused, thanks to AUTOINCREMENT)
+shifted left 32 bits plus its position, so the table needs no index of its own and a
+session is one range of the table; ``revision(id)`` is ``(key, counter)``, so it never
 repeats even when a session is deleted and written again. An approval's ``json`` is the
 record as created; the ``status``, ``reason`` and ``resolved_at`` columns are the truth
 and are laid over it on read, so ``resolve`` is one conditional ``UPDATE``.
 
-Durability (``synchronous``): ``"full"`` (default) syncs the WAL on every commit, so a
-committed turn survives a process crash and a power loss. ``"normal"`` syncs only at
-checkpoints: it survives a process or application crash, but a power loss or OS crash may
-lose the last commits (the database stays consistent).
+Durability (``synchronous``): ``"full"`` (default) syncs the WAL when a turn is committed
+and whenever something is promised to a caller or another process: transcripts, approvals,
+checkpoints of a paused or interrupted turn, and the checkpoint written just before a tool
+starts (so a tool that may have run is never forgotten). A committed turn survives a
+process crash and a power loss. Leases and the in-between progress checkpoints of a running
+turn are written without a sync of their own (they ride on the next synced commit): they
+survive a process crash, which is what resuming in another process needs; a power loss
+can lose only the progress of the turn in flight (it then resumes from its last synced
+checkpoint, or is lost if it had none: it was never acknowledged). A plain turn costs one
+sync. ``"normal"`` syncs only at WAL checkpoints: everything survives a process crash, but
+a power loss or OS crash may lose the last commits (the database stays consistent).
 
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
@@ -89,6 +97,8 @@ _HEADER = b"SQLite format 3\x00"
 _ID_RULE = "^[A-Za-z0-9_-]{1,128}$"
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+_SPAN = 1 << 32
+"""Message rowids of session key k are k * _SPAN + position."""
 _BUSY_CODES = frozenset((5, 6))  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 _CORRUPT_CODES = frozenset((11, 26))  # SQLITE_CORRUPT, SQLITE_NOTADB
 
@@ -96,8 +106,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE sessions (key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,"
         " length INTEGER NOT NULL, revision INTEGER NOT NULL, updated_at REAL NOT NULL)",
-        "CREATE TABLE messages (session_key INTEGER NOT NULL, seq INTEGER NOT NULL,"
-        " json TEXT NOT NULL, PRIMARY KEY (session_key, seq))",
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY, json TEXT NOT NULL)",
         "CREATE TABLE checkpoints (key TEXT PRIMARY KEY, session_id TEXT, json TEXT NOT NULL,"
         " updated_at REAL NOT NULL)",
         "CREATE TABLE approvals (id TEXT PRIMARY KEY, session_id TEXT, status TEXT NOT NULL,"
@@ -132,6 +141,7 @@ class _Db:
         self.lock = threading.Lock()
         self.closed = False
         self.conn = self._open()
+        self.level = self.synchronous  # the connection's current PRAGMA synchronous
         self.pid = os.getpid()
 
     # --- opening ------------------------------------------------------------------------
@@ -218,8 +228,18 @@ class _Db:
         return version
 
     # --- running ------------------------------------------------------------------------
-    def run(self, what: str, fn: Callable[[_Conn], _T], session_id: str | None = None) -> _T:
-        """Call ``fn(conn)`` holding the lock; roll back and translate sqlite3 errors."""
+    def run(
+        self,
+        what: str,
+        fn: Callable[[_Conn], _T],
+        session_id: str | None = None,
+        *,
+        sync: bool = True,
+    ) -> _T:
+        """Call ``fn(conn)`` holding the lock; roll back and translate sqlite3 errors.
+
+        ``sync=False`` writes without a sync of its own under ``synchronous="full"`` (see
+        the module's durability notes)."""
         if not self.lock.acquire(timeout=_LOCK_TIMEOUT_S):
             raise StoreUnavailableError(
                 f"timed out after {_LOCK_TIMEOUT_S:.0f} s waiting for the SQLite store at "
@@ -236,8 +256,13 @@ class _Db:
                 )
             if self.pid != os.getpid():  # forked: never share a connection with the parent
                 self.conn = self._open()
+                self.level = self.synchronous
                 self.pid = os.getpid()
             conn = self.conn
+            level = self.synchronous if sync else "NORMAL"
+            if level != self.level:
+                conn.execute(f"PRAGMA synchronous = {level}")
+                self.level = level
             try:
                 return fn(conn)
             except BaseException as exc:
@@ -315,9 +340,10 @@ class SqliteSessionStore:
         rows: list[tuple[int, str]] = self._db.run(
             "load a session",
             lambda c: c.execute(
-                "SELECT seq, json FROM messages WHERE session_key ="
-                " (SELECT key FROM sessions WHERE id = ?) ORDER BY seq",
-                (id,),
+                "SELECT id & 4294967295, json FROM messages WHERE id >= ?2 * ("
+                "SELECT key FROM sessions WHERE id = ?1) AND id < ?2 * (1 + ("
+                "SELECT key FROM sessions WHERE id = ?1)) ORDER BY id",
+                (id, _SPAN),
             ).fetchall(),
             id,
         )
@@ -338,7 +364,8 @@ class SqliteSessionStore:
             c.execute("BEGIN IMMEDIATE")
             row = c.execute("SELECT key FROM sessions WHERE id = ?", (id,)).fetchone()
             if row is not None:
-                c.execute("DELETE FROM messages WHERE session_key = ?", (row[0],))
+                c.execute("DELETE FROM messages WHERE id >= ? AND id < ?",
+                          (row[0] * _SPAN, (row[0] + 1) * _SPAN))
             if not texts:
                 c.execute("DELETE FROM sessions WHERE id = ?", (id,))
             else:
@@ -492,7 +519,7 @@ class SqliteSessionStore:
             row = c.execute("SELECT owner FROM leases WHERE session_id = ?", (id,)).fetchone()
             return False, None if row is None else row[0]
 
-        taken, holder = self._db.run("acquire a lease", attempt, id)
+        taken, holder = self._db.run("acquire a lease", attempt, id, sync=False)
         if taken or holder is None or not owner_is_dead(holder):
             return taken
 
@@ -503,7 +530,7 @@ class SqliteSessionStore:
             )
             return cur.rowcount == 1
 
-        taken = self._db.run("take over a lease", take_over, id)
+        taken = self._db.run("take over a lease", take_over, id, sync=False)
         if taken:
             _log.info("session %s: took over the lease of dead owner %s", id, holder)
         return taken
@@ -519,6 +546,7 @@ class SqliteSessionStore:
                 (time.time() + ttl_s, id, owner),
             ),
             id,
+            sync=False,
         )
         return bool(cur.rowcount == 1)
 
@@ -531,6 +559,7 @@ class SqliteSessionStore:
                 "DELETE FROM leases WHERE session_id = ? AND owner = ?", (id, owner)
             ),
             id,
+            sync=False,
         )
 
 
@@ -551,8 +580,8 @@ def _insert_session(c: _Conn, id: str, length: int) -> int:
 
 def _insert_messages(c: _Conn, key: int, start: int, texts: list[str]) -> None:
     c.executemany(
-        "INSERT INTO messages (session_key, seq, json) VALUES (?, ?, ?)",
-        [(key, start + i, text) for i, text in enumerate(texts)],
+        "INSERT INTO messages (id, json) VALUES (?, ?)",
+        [(key * _SPAN + start + i, text) for i, text in enumerate(texts)],
     )
 
 
@@ -563,6 +592,12 @@ def _first_bad(rows: list[tuple[int, str]]) -> int:
         except StoreCorruptError:
             return seq
     return -1
+
+
+def _must_sync(checkpoint: Checkpoint) -> bool:
+    """Whether a checkpoint write needs its own sync: it records a paused or interrupted
+    turn, or a tool about to start (see the module's durability notes)."""
+    return checkpoint.status != "running" or bool(checkpoint.started_call_ids)
 
 
 class SqliteCheckpointStore:
@@ -596,6 +631,7 @@ class SqliteCheckpointStore:
                 (key, checkpoint.session_id, text, time.time()),
             ),
             checkpoint.session_id,
+            sync=_must_sync(checkpoint),
         )
 
     def delete(self, key: str) -> None:
@@ -765,7 +801,7 @@ class SqliteStore:
                 " (SELECT session_id FROM leases WHERE expires_at > ?2)"
             )
             c.execute("BEGIN IMMEDIATE")
-            c.execute(f"DELETE FROM messages WHERE session_key IN ({stale})", (cutoff, now))
+            c.execute(f"DELETE FROM messages WHERE id / {_SPAN} IN ({stale})", (cutoff, now))
             sessions = c.execute(f"DELETE FROM sessions WHERE key IN ({stale})", (cutoff, now))
             checkpoints = c.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,))
             approvals = c.execute(
