@@ -108,11 +108,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " length INTEGER NOT NULL, revision INTEGER NOT NULL, updated_at REAL NOT NULL)",
         "CREATE TABLE messages (id INTEGER PRIMARY KEY, json TEXT NOT NULL)",
         "CREATE TABLE checkpoints (key TEXT PRIMARY KEY, session_id TEXT, json TEXT NOT NULL,"
-        " updated_at REAL NOT NULL)",
+        " updated_at REAL NOT NULL) WITHOUT ROWID",
         "CREATE TABLE approvals (id TEXT PRIMARY KEY, session_id TEXT, status TEXT NOT NULL,"
-        " reason TEXT, json TEXT NOT NULL, created_at REAL NOT NULL, resolved_at REAL)",
+        " reason TEXT, json TEXT NOT NULL, created_at REAL NOT NULL, resolved_at REAL)"
+        " WITHOUT ROWID",
         "CREATE TABLE leases (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL,"
-        " expires_at REAL NOT NULL)",
+        " expires_at REAL NOT NULL) WITHOUT ROWID",
     ),
 }
 """Statements that bring the schema from version ``n - 1`` to ``n``."""
@@ -199,6 +200,7 @@ class _Db:
         current = self._version(conn)  # first, so a newer file is refused before any write
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA journal_size_limit = 1048576")  # WAL back to <= 1 MiB
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         if current == SCHEMA_VERSION:
             return
