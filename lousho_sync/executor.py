@@ -161,6 +161,7 @@ class TurnControl:
         self._open = True
         self._steer = False
         self._in_call: AbortController | None = None
+        self._unlink_call: Callable[[], None] = _noop
         self._emitted = False
         self._steered_call = False
         self.offered = Latch()
@@ -240,8 +241,10 @@ class TurnControl:
 
     # --- model call -----------------------------------------------------------------------
     def begin_call(self) -> AbortController:
-        """Start a model call: a child controller that a steer can abort."""
-        child = self.signal._child()
+        """Start a model call: a child controller that a steer (or the turn's abort) aborts."""
+        child = AbortController()
+        signal = self.signal
+        self._unlink_call = signal.add_callback(lambda: child.abort(signal.reason))
         with self._lock:
             self._in_call = child
             self._emitted = False
@@ -258,6 +261,7 @@ class TurnControl:
 
     def end_call(self) -> bool:
         """End the model call; True when a steer aborted it (then it must be made again)."""
+        self._unlink_call()
         with self._lock:
             steered = self._steered_call
             self._in_call = None
@@ -272,6 +276,10 @@ class TurnControl:
 def new_id() -> str:
     """A random 128-bit id as 32 hex digits (what uuid4().hex looks like, cheaper)."""
     return os.urandom(16).hex()
+
+
+def _noop() -> None:
+    return None
 
 
 class _Aborted(Exception):

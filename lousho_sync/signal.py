@@ -89,13 +89,6 @@ class Signal:
             _run_callback(fn)
         return True
 
-    def _child(self) -> AbortController:
-        """A controller whose signal also aborts when this one does."""
-        child = AbortController()
-        remove = self.add_callback(lambda: child.abort(self._reason))
-        child.signal.add_callback(remove)
-        return child
-
     def __repr__(self) -> str:
         state = f"aborted reason={self._reason!r}" if self.aborted else "active"
         return f"<Signal {state}>"
@@ -130,14 +123,13 @@ class AbortController:
 
 class Latch:
     """A one-way flag like ``threading.Event``; the Event behind ``wait`` is made only when
-    someone waits (most never do). Thread-safe."""
+    someone waits (most never do). Thread-safe (one module lock guards the lazy Event)."""
 
-    __slots__ = ("_event", "_lock", "_set")
+    __slots__ = ("_event", "_set")
 
     def __init__(self) -> None:
         self._set = False
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
 
     def is_set(self) -> bool:
         """True once set."""
@@ -145,19 +137,23 @@ class Latch:
 
     def set(self) -> None:
         """Set the flag and wake the waiters."""
-        with self._lock:
+        with _LATCH_LOCK:
             self._set = True
-            if self._event is not None:
-                self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until set or ``timeout`` seconds pass; returns whether set."""
         if self._set:
             return True
-        with self._lock:
+        with _LATCH_LOCK:
             if self._event is None:
                 self._event = threading.Event()
                 if self._set:
                     self._event.set()
             event = self._event
         return event.wait(timeout)
+
+
+_LATCH_LOCK = threading.Lock()
