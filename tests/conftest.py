@@ -1,4 +1,5 @@
-"""Shared fixtures: every wait in a test has a timeout; a Redis server for the Redis tests."""
+"""Shared fixtures and helpers: every wait in a test has a timeout; a Redis server for the
+Redis tests; records and child-process helpers for the store tests."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import pytest
+
+from lousho_sync.messages import Message, ToolCall
+from lousho_sync.stores.base import ApprovalRecord, Checkpoint
 
 WAIT = 10.0  # seconds: the longest any event/join in a test may wait
 
@@ -71,19 +76,15 @@ def redis_url() -> Iterator[str]:
     proc = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly",
          "no", "--daemonize", "no", "--loglevel", "notice"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
+    assert proc.stdout is not None
+    drain: threading.Thread | None = None
     try:
-        assert proc.stdout is not None
-        seen: list[str] = []
-        while True:  # its log says when it accepts connections
-            ready, _, _ = select.select([proc.stdout], [], [], REDIS_START_TIMEOUT)
-            line = proc.stdout.readline() if ready else ""
-            if not line:
-                raise AssertionError(f"redis-server did not start: {''.join(seen)}")
-            seen.append(line)
-            if "Ready to accept connections" in line:
-                break
+        _wait_for_ready(proc.stdout.fileno())
+        # Keep reading its log, so a full pipe never blocks the server.
+        drain = threading.Thread(target=proc.stdout.read, daemon=True)
+        drain.start()
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
@@ -92,8 +93,27 @@ def redis_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=REDIS_START_TIMEOUT)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        if drain is not None:
+            drain.join(timeout=REDIS_START_TIMEOUT)
+        proc.stdout.close()
+
+
+def _wait_for_ready(fd: int) -> None:
+    """Read redis-server's log from ``fd`` until it accepts connections.
+
+    Reads the raw descriptor (no Python buffer), so ``select`` never waits on lines already
+    read into a buffer.
+    """
+    log = b""
+    deadline = time.monotonic() + REDIS_START_TIMEOUT
+    while b"Ready to accept connections" not in log:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        if not chunk:
+            raise AssertionError(
+                f"redis-server did not start: {log.decode('utf-8', errors='replace')}"
+            )
+        log += chunk
 
 
 @pytest.fixture
@@ -121,3 +141,70 @@ def redis_raw(redis_url: str) -> Iterator[Any]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+# --- records for the store tests -------------------------------------------------------------
+
+
+def user(text: str) -> Message:
+    """A user message."""
+    return Message("user", text)
+
+
+def assistant(text: str) -> Message:
+    """An assistant message."""
+    return Message("assistant", text)
+
+
+def texts(messages: list[Message] | None) -> list[object]:
+    """The contents of a loaded transcript (which must exist)."""
+    assert messages is not None
+    return [m.content for m in messages]
+
+
+def approval(id: str, session_id: str = "s1", **kw: Any) -> ApprovalRecord:
+    """A pending approval of a ``pay`` call (``kw``: other fields)."""
+    return ApprovalRecord(id=id, session_id=session_id, checkpoint_key=f"{session_id}.turn-0",
+                          call=ToolCall("call-1", "pay", {"amount": 5}), **kw)
+
+
+def checkpoint(key: str, **kw: Any) -> Checkpoint:
+    """A checkpoint of the session named before the first ``.`` of ``key``."""
+    return Checkpoint(key=key, session_id=key.split(".")[0], run_id="run-1", **kw)
+
+
+# --- child processes sharing a store ---------------------------------------------------------
+
+CHILD_TIMEOUT = 60.0  # seconds: the longest a test waits for a child process
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float = CHILD_TIMEOUT) -> str:
+    """The child's next stdout line, stripped; fails when it says nothing in time."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "the child process said nothing in time"
+    return proc.stdout.readline().strip()
+
+
+def run_together(procs: list[subprocess.Popen[str]]) -> list[tuple[str, str]]:
+    """Wait until every child said ``ready``, release them at once (a line on stdin), and
+    return each one's (stdout, stderr); every child must exit 0. Kills what is left."""
+    try:
+        for p in procs:
+            line = read_line(p)
+            assert line == "ready", f"{line!r} {p.stderr.read() if p.stderr else ''}"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        out = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=CHILD_TIMEOUT)
+            assert p.returncode == 0, stderr
+            out.append((stdout, stderr))
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=CHILD_TIMEOUT)

@@ -9,7 +9,6 @@ test_store_contract.py.
 
 from __future__ import annotations
 
-import select
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import IN_CI, free_port
+from conftest import IN_CI, approval, checkpoint, free_port, read_line, run_together, texts, user
 
 from lousho_sync.errors import (
     ConfigError,
@@ -26,9 +25,7 @@ from lousho_sync.errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
-from lousho_sync.messages import Message, ToolCall
 from lousho_sync.stores._lease import make_owner, poll_until
-from lousho_sync.stores.base import ApprovalRecord, Checkpoint
 
 TIMEOUT = 60.0
 
@@ -47,24 +44,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 def rstore(redis_url: str, redis_prefix: str) -> Iterator[RedisStore]:
     with RedisStore(redis_url, prefix=redis_prefix) as s:
         yield s
-
-
-def user(text: str) -> Message:
-    return Message("user", text)
-
-
-def texts(messages: list[Message] | None) -> list[object]:
-    assert messages is not None
-    return [m.content for m in messages]
-
-
-def approval(id: str, session_id: str = "s1", **kw: Any) -> ApprovalRecord:
-    return ApprovalRecord(id=id, session_id=session_id, checkpoint_key=f"{session_id}.turn-0",
-                          call=ToolCall("call-1", "pay", {"amount": 5}), **kw)
-
-
-def checkpoint(key: str, **kw: Any) -> Checkpoint:
-    return Checkpoint(key=key, session_id=key.split(".")[0], run_id="run-1", **kw)
 
 
 # --- real processes --------------------------------------------------------------------------
@@ -127,39 +106,10 @@ def _spawn(store: RedisStore, mode: str, name: str = "") -> subprocess.Popen[str
     )
 
 
-def _read_line(proc: subprocess.Popen[str], timeout: float = TIMEOUT) -> str:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "the child process said nothing in time"
-    return proc.stdout.readline().strip()
-
-
-def _run_together(procs: list[subprocess.Popen[str]]) -> list[str]:
-    """Wait until every child is ready, release them at once, return their stdout."""
-    try:
-        for p in procs:
-            line = _read_line(p)
-            assert line == "ready", f"{line!r} {p.stderr.read() if p.stderr else ''}"
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        out = []
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=TIMEOUT)
-            assert p.returncode == 0, stderr
-            out.append(stdout.strip())
-        return out
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate(timeout=TIMEOUT)
-
-
 def test_four_processes_x_50_turns_lose_no_turn(rstore: RedisStore) -> None:
     names = [f"p{i}" for i in range(4)]
-    assert _run_together([_spawn(rstore, "turns", n) for n in names]) == ["done"] * 4
+    outputs = run_together([_spawn(rstore, "turns", n) for n in names])
+    assert [stdout.strip() for stdout, _ in outputs] == ["done"] * 4
     for sid, mine in (("shared", lambda i: i % 5), ("other", lambda i: not i % 5)):
         messages = rstore.sessions.load(sid)
         assert messages is not None
@@ -177,7 +127,8 @@ def test_four_processes_x_50_turns_lose_no_turn(rstore: RedisStore) -> None:
 
 def test_eight_processes_resolve_one_approval_once(rstore: RedisStore) -> None:
     rstore.approvals.create(approval("a1"))
-    said = _run_together([_spawn(rstore, "resolve", f"w{i}") for i in range(8)])
+    outputs = run_together([_spawn(rstore, "resolve", f"w{i}") for i in range(8)])
+    said = [stdout.strip() for stdout, _ in outputs]
     assert sorted(said) == ["lost"] * 7 + ["won"]
     record = rstore.approvals.get("a1")
     assert rstore.approvals.list_pending() == []
@@ -188,7 +139,7 @@ def test_eight_processes_resolve_one_approval_once(rstore: RedisStore) -> None:
 def test_lease_of_killed_process_is_taken_over_at_once(rstore: RedisStore) -> None:
     child = _spawn(rstore, "hold")
     try:
-        assert _read_line(child) == "held"
+        assert read_line(child) == "held"
         me = make_owner()
         assert not rstore.sessions.acquire_lease("s1", owner=me, ttl_s=600, wait_s=0)
         child.send_signal(signal.SIGKILL)

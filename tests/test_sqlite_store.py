@@ -13,27 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import approval, assistant, read_line, run_together, texts, user
 
 from lousho_sync.errors import ConfigError, StoreCorruptError, StoreTooNewError
-from lousho_sync.messages import Message, ToolCall
 from lousho_sync.sqlite import SCHEMA_VERSION, SqliteStore
 from lousho_sync.stores._lease import make_owner
-from lousho_sync.stores.base import ApprovalRecord
 
 TIMEOUT = 60.0
-
-
-def user(text: str) -> Message:
-    return Message("user", text)
-
-
-def assistant(text: str) -> Message:
-    return Message("assistant", text)
-
-
-def texts(messages: list[Message] | None) -> list[object]:
-    assert messages is not None
-    return [m.content for m in messages]
 
 
 @pytest.fixture
@@ -51,16 +37,6 @@ def raw(path: Path) -> sqlite3.Connection:
     """A plain sqlite3 connection to the store's file (to age rows, read counts)."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=10)
     return conn
-
-
-def approval(id: str, session_id: str = "s1", **kw: object) -> ApprovalRecord:
-    return ApprovalRecord(
-        id=id,
-        session_id=session_id,
-        checkpoint_key=f"{session_id}.turn-0",
-        call=ToolCall("call-1", "pay", {"amount": 5}),
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 # --- rows ------------------------------------------------------------------------------------
@@ -208,39 +184,10 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def _read_line(proc: subprocess.Popen[str], timeout: float = TIMEOUT) -> str:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "the child process said nothing in time"
-    return proc.stdout.readline().strip()
-
-
-def _run_together(procs: list[subprocess.Popen[str]]) -> list[tuple[str, str]]:
-    """Wait until every child is ready, release them at once, collect (stdout, stderr)."""
-    try:
-        for p in procs:
-            assert _read_line(p) == "ready", p.stderr.read() if p.stderr else ""
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        out = []
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=TIMEOUT)
-            assert p.returncode == 0, stderr
-            out.append((stdout, stderr))
-        return out
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=TIMEOUT)
-
-
 def test_four_processes_append_without_losing_turns(db_path: Path) -> None:
     SqliteStore(db_path).close()  # created and migrated once, like a deployment would
     names = ["p0", "p1", "p2", "p3"]
-    results = _run_together([_spawn(str(db_path), "append", n) for n in names])
+    results = run_together([_spawn(str(db_path), "append", n) for n in names])
     for stdout, stderr in results:
         assert stdout.startswith("done")
         assert "locked" not in stderr and "locked" not in stdout
@@ -258,7 +205,7 @@ def test_four_processes_append_without_losing_turns(db_path: Path) -> None:
 def test_eight_processes_resolve_one_approval_once(db_path: Path) -> None:
     with SqliteStore(db_path) as s:
         s.approvals.create(approval("a1"))
-    results = _run_together([_spawn(str(db_path), "resolve", f"w{i}") for i in range(8)])
+    results = run_together([_spawn(str(db_path), "resolve", f"w{i}") for i in range(8)])
     said = [stdout.strip() for stdout, _ in results]
     assert sorted(said) == ["lost"] * 7 + ["won"]
     with SqliteStore(db_path) as s:
@@ -270,7 +217,7 @@ def test_eight_processes_resolve_one_approval_once(db_path: Path) -> None:
 def test_lease_of_killed_process_is_taken_over_at_once(store: SqliteStore, db_path: Path) -> None:
     child = _spawn(str(db_path), "hold", "holder")
     try:
-        assert _read_line(child) == "held"
+        assert read_line(child) == "held"
         me = make_owner()
         assert not store.sessions.acquire_lease("s1", owner=me, ttl_s=600, wait_s=0)
         child.send_signal(signal.SIGKILL)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import approval, assistant, checkpoint, texts, user
 
 from lousho_sync.agent import create_agent
 from lousho_sync.errors import (
@@ -223,7 +224,7 @@ class SqliteKit(Kit):
             return conn.execute(sql, params).fetchall()
 
     def damage_message(self, id: str, index: int) -> None:
-        self._sql("UPDATE messages SET json = '{not json' WHERE seq = ? AND session_key ="
+        self._sql("UPDATE messages SET json = '{not json' WHERE id = ? + 4294967296 *"
                   " (SELECT key FROM sessions WHERE id = ?)", index, id)
 
     def checkpoint_json(self, key: str) -> str:
@@ -289,26 +290,14 @@ def store(kit: Kit) -> Iterator[Any]:
     kit.close(s)
 
 
-def user(text: str) -> Message:
-    return Message("user", text)
-
-
-def assistant(text: str) -> Message:
-    return Message("assistant", text)
-
-
-def texts(messages: list[Message] | None) -> list[object]:
-    assert messages is not None
-    return [m.content for m in messages]
-
-
-def approval(id: str, session_id: str = "s1", **kw: Any) -> ApprovalRecord:
-    return ApprovalRecord(id=id, session_id=session_id, checkpoint_key=f"{session_id}.turn-0",
-                          call=ToolCall("call-1", "pay", {"amount": 5}), **kw)
-
-
-def checkpoint(key: str, **kw: Any) -> Checkpoint:
-    return Checkpoint(key=key, session_id=key.split(".")[0], run_id="run-1", **kw)
+def run_threads(target: Callable[[int], None], count: int) -> None:
+    """Run ``target(0)`` … ``target(count - 1)`` in threads and join them all."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT)
+        assert not t.is_alive(), "a thread did not finish in time"
 
 
 # --- what the store offers -------------------------------------------------------------------
@@ -642,11 +631,7 @@ def test_resolve_race_between_threads(store: Any) -> None:
         with lock:
             outcomes.append(result)
 
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
+    run_threads(racer, 8)
     winners = [o for o in outcomes if isinstance(o, ApprovalRecord)]
     losers = [o for o in outcomes if isinstance(o, ApprovalAlreadyResolvedError)]
     assert len(winners) == 1 and len(losers) == 7
@@ -673,11 +658,7 @@ def test_sixteen_threads_write_different_sessions(store: Any) -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT)
+    run_threads(writer, 16)
     assert errors == []
     assert store.sessions.ids() == sorted(f"t{n}" for n in range(16))
     for n in range(16):
