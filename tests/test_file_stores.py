@@ -239,12 +239,16 @@ def test_four_processes_append_to_one_session(tmp_path: Path) -> None:
 # --- leases -------------------------------------------------------------------------------
 
 
-def test_a_lease_with_ttl_0_expires_at_once(tmp_path: Path) -> None:
+def test_a_lease_ttl_must_be_positive(tmp_path: Path) -> None:
+    from lousho_sync import ConfigError
+
     store = FileSessionStore(tmp_path)
-    assert store.acquire_lease("s", owner="a", ttl_s=0, wait_s=0)
-    assert store.acquire_lease("s", owner="b", ttl_s=30, wait_s=0)
-    assert not store.renew_lease("s", owner="a", ttl_s=30)
-    store.release_lease("s", owner="b")
+    with pytest.raises(ConfigError, match="ttl_s must be > 0"):
+        store.acquire_lease("s", owner="a", ttl_s=0, wait_s=0)
+    assert store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    with pytest.raises(ConfigError):
+        store.renew_lease("s", owner="a", ttl_s=-1)
+    store.release_lease("s", owner="a")
 
 
 CHILD_HOLDS_LEASE = """

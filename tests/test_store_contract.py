@@ -140,7 +140,6 @@ class MemoryKit(Kit):
         "prune": "the memory store has no prune",
         "raw data": "the memory store keeps objects, not stored text: nothing to damage",
         "id rule": "the memory store takes any session id (it names no file or key)",
-        "empty append keeps the revision": "an empty append is a write for the memory store",
     }
 
     def __init__(self) -> None:
@@ -157,8 +156,6 @@ class FileKit(Kit):
         "commit_turn": "FileSessionStore has no commit_turn",
         "close": "FileStore holds nothing open",
         "any checkpoint key": "checkpoint keys are file names: letters, digits, '.', '_', '-'",
-        "prune skips leased sessions": "FileStore.prune does not look at leases",
-        "ttl rule": "FileSessionStore takes ttl_s=0 as a lease that expires at once",
     }
 
     def __init__(self, root: Path) -> None:

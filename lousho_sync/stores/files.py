@@ -49,7 +49,7 @@ from ..errors import (
 )
 from ..messages import Message
 from ..results import PruneResult
-from ._lease import poll_until
+from ._lease import make_owner, poll_until
 from .base import ApprovalRecord, Checkpoint, StorageService, resolved
 
 __all__ = [
@@ -164,6 +164,13 @@ def _names(directory: Path, folder: str) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
+
+
+def _check_ttl(ttl_s: float) -> None:
+    if not ttl_s > 0:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"a lease's ttl_s must be > 0 seconds, got {ttl_s!r}")
 
 
 class FileStorage:
@@ -395,6 +402,7 @@ class FileSessionStore:
         """Take the lease of ``id`` for ``owner``, waiting up to ``wait_s`` seconds; True when
         held (also when ``owner`` already holds it)."""
         lease_path = self._dir / f"{_check_session_id(id)}.lease"
+        _check_ttl(ttl_s)
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -431,6 +439,7 @@ class FileSessionStore:
     def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s lease by ``ttl_s``; False when ``owner`` no longer holds it."""
         _check_session_id(id)
+        _check_ttl(ttl_s)
         with self._leases_lock:
             held = self._leases.get(id)
             if held is None or held.owner != owner:
@@ -618,11 +627,19 @@ class FileStore:
             raise ConfigError(f"older_than_s must be >= 0, got {older_than_s!r}")
         cutoff = time.time() - older_than_s
         sessions = 0
+        owner = make_owner()
         for sid in self.sessions.ids():
             with contextlib.suppress(FileNotFoundError):
-                if self.sessions.path_for(sid).stat().st_mtime < cutoff:
+                if self.sessions.path_for(sid).stat().st_mtime >= cutoff:
+                    continue
+                # a session whose lease is held (a turn running somewhere) is kept
+                if not self.sessions.acquire_lease(sid, owner=owner, ttl_s=30.0, wait_s=0):
+                    continue
+                try:
                     self.sessions.delete(sid)
                     sessions += 1
+                finally:
+                    self.sessions.release_lease(sid, owner=owner)
         checkpoints = 0
         storage = self.checkpoints.storage
         assert isinstance(storage, FileStorage)

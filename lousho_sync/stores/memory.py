@@ -63,6 +63,8 @@ class MemorySessionStore:
                     actual_length=length,
                     session_id=id,
                 )
+            if not messages:
+                return
             if stored is None:
                 stored = self._data[id] = []
             stored.extend(messages)
