@@ -98,6 +98,9 @@ class Agent:
             limits=limits,
             prices=self.prices,
         )
+        self._scratch_config = self._turn_config(
+            checkpoints=self._scratch, approvals=self.approval_store, durable=False
+        )
         self._lock = threading.Lock()
         self._default_stores: weakref.WeakValueDictionary[str, MemorySessionStore] = (
             weakref.WeakValueDictionary()
@@ -180,8 +183,11 @@ class Agent:
             store = self.checkpoint_store if session_id is not None else self._scratch
             key = session_id if session_id is not None else f"run-{control.run_id}"
             state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
-            cfg = self._turn_config(checkpoints=store, approvals=self.approval_store,
-                                    approve=approve, durable=session_id is not None)
+            if session_id is None and approve is None:
+                cfg = self._scratch_config  # the common case, built once
+            else:
+                cfg = self._turn_config(checkpoints=store, approvals=self.approval_store,
+                                        approve=approve, durable=session_id is not None)
             result = yield from run_turn(cfg, control, state, ())
             if result.finish_reason not in ("awaiting-approval", "aborted"):
                 store.delete(key)

@@ -227,10 +227,14 @@ class TurnControl:
             self._tokens = []
             return out, steer
 
+    def has_queued(self) -> bool:
+        """Whether input waits to be announced or applied (a racy read: input queued just
+        after it is applied at the next safe point)."""
+        return bool(self._queued or self._announced)
+
     def steer_requested(self) -> bool:
         """Whether a steer is waiting to be applied."""
-        with self._lock:
-            return self._steer
+        return self._steer
 
     def keep_queued_tokens(self) -> None:
         """Count the unapplied joined inputs as taken (the turn failed; its checkpoint keeps
@@ -253,6 +257,8 @@ class TurnControl:
 
     def mark_emitted(self) -> bool:
         """The call emitted something; False when a steer already aborted it."""
+        if self._emitted:  # a steer never aborts a call that has emitted
+            return True
         with self._lock:
             if self._steered_call:
                 return False
@@ -426,6 +432,8 @@ def _steps(
 def _apply_queued(
     cfg: TurnConfig, ctl: TurnControl, state: TurnState, ev: _Emit
 ) -> Generator[RunEvent, None, None]:
+    if not ctl.has_queued():
+        return
     for announced in ctl.take_announcements():
         yield ev(InputQueued, input=announced)
     queued, _ = ctl.take_queued()

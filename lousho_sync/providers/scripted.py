@@ -24,6 +24,8 @@ from .base import (
 __all__ = ["ScriptItem", "ScriptedProvider", "Step"]
 
 _GATE_POLL_S = 0.005
+_FREE = Usage(0, 0, 0.0)
+"""A scripted answer costs nothing (unless its Step says otherwise)."""
 
 
 def _tool_calls(value: Iterable[ToolCall | tuple[str, Mapping[str, Any]]]) -> tuple[Any, ...]:
@@ -126,7 +128,7 @@ class ScriptedProvider:
             yield ModelToolCallDelta(i, call.id, call.name, json.dumps(dict(call.arguments)))
         finish = step.finish_reason or ("tool_calls" if calls else "stop")
         message = Message(
-            "assistant", text, tool_calls=tuple(calls), usage=step.usage or Usage()
+            "assistant", text, tool_calls=tuple(calls), usage=step.usage or _FREE
         )
         yield ModelDone(ModelResponse(message, finish, self.model))
 
