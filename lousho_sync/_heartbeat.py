@@ -26,18 +26,21 @@ class _Heartbeat:
         self._live: set[int] = set()
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wake_at = 0.0  # when the thread will look at the schedule next (monotonic)
 
     def add(self, fn: Callable[[], object], interval_s: float) -> Callable[[], None]:
         """Run ``fn`` every ``interval_s`` seconds; returns a cancel function."""
         token = next(self._ids)
         with self._cond:
             self._live.add(token)
-            heapq.heappush(self._heap, (time.monotonic() + interval_s, token, interval_s, fn))
+            due = time.monotonic() + interval_s
+            heapq.heappush(self._heap, (due, token, interval_s, fn))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="lousho-heartbeat",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif due < self._wake_at:  # wake the thread only when it would look too late
+                self._cond.notify()
 
         def cancel() -> None:
             with self._cond:
@@ -52,6 +55,7 @@ class _Heartbeat:
                     while self._heap and self._heap[0][1] not in self._live:
                         heapq.heappop(self._heap)
                     if not self._heap:
+                        self._wake_at = time.monotonic() + 5.0
                         self._cond.wait(5.0)
                         continue
                     due = self._heap[0][0] - time.monotonic()
@@ -60,6 +64,7 @@ class _Heartbeat:
                         again = (time.monotonic() + interval, token, interval, fn)
                         heapq.heappush(self._heap, again)
                         break
+                    self._wake_at = time.monotonic() + due
                     self._cond.wait(due)
             try:
                 fn()
