@@ -155,6 +155,8 @@ class TurnControl:
         self.controller = AbortController()
         self.signal = self.controller.signal
         self._seq = itertools.count()
+        self.quiet = False
+        """Set when nobody will read the events (``send()``): they are not built."""
         self._lock = threading.Lock()
         self._queued: list[Message] = []
         self._announced: list[tuple[Message, ...]] = []
@@ -350,7 +352,14 @@ class _Emit:
         self._run_id = ctl.run_id
 
     def __call__(self, cls: Callable[..., RunEvent], **fields: Any) -> Any:
+        if self._ctl.quiet:  # nobody will read this run's events: don't build them
+            return QUIET
         return cls(run_id=self._run_id, seq=self._ctl.next_seq(), **fields)
+
+
+QUIET: Any = object()
+"""What a quiet run (one consumed by ``result()`` without iteration) yields instead of
+events."""
 
 
 def _result(

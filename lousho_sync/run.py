@@ -14,9 +14,10 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from typing import cast
 
 from .events import RunDone, RunEvent, RunFailed
-from .executor import TurnControl
+from .executor import QUIET, TurnControl
 from .inputs import InputLike, to_messages
 from .results import ExecutionResult
 from .signal import Latch
@@ -80,6 +81,9 @@ class AgentRun:
         except StopIteration as stop:
             result: ExecutionResult = stop.value
             self._result = result
+            if self._control.quiet:
+                self._finish()
+                return cast(RunEvent, QUIET)
             done = RunDone(
                 run_id=self.run_id,
                 seq=self._control.next_seq(),
@@ -155,6 +159,7 @@ class AgentRun:
                 if drive_here and self._iterating_thread is None:
                     self._iterating_thread = me
                     self._iter_closed = True
+                    self._control.quiet = True  # nobody can read the events any more
             if drive_here:
                 if timeout is None:
                     self._drain()

@@ -78,6 +78,7 @@ class ScriptedProvider:
         self.model = model
         self._lock = threading.Lock()
         self.requests: list[ModelRequest] = []
+        self._text_steps: dict[str, Step] = {}  # a str answer's Step, made once
 
     @property
     def calls(self) -> int:
@@ -102,7 +103,10 @@ class ScriptedProvider:
         if callable(item) and not isinstance(item, Step):
             item = item(request)
         if isinstance(item, str):
-            item = Step(text=item)
+            step = self._text_steps.get(item)
+            if step is None:
+                step = self._text_steps[item] = Step(text=item)
+            item = step
         if not isinstance(item, Step):
             raise ProviderError(
                 f"ScriptedProvider: a script item must be a Step, a str or a callable "
