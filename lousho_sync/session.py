@@ -141,19 +141,15 @@ _REGISTRY: weakref.WeakValueDictionary[tuple[int, str], _SessionState] = (
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _state_for(store: SessionStore, id: str) -> _SessionState:
-    key = (id_(store), id)
+def _state_for(store: SessionStore, session_id: str) -> _SessionState:
+    key = (id(store), session_id)  # the state keeps the store alive, so id() stays unique
     with _REGISTRY_LOCK:
         state = _REGISTRY.get(key)
         if state is None or state.store is not store:
-            state = _SessionState(store, id)
+            state = _SessionState(store, session_id)
             _REGISTRY[key] = state
         return state
 
-
-def id_(obj: object) -> int:
-    """Identity of a store (the registry keeps the store alive while a state exists)."""
-    return id(obj)
 
 
 class Session:

@@ -24,6 +24,7 @@ import email.utils
 import http.client
 import json
 import logging
+import os
 import random
 import socket
 import threading
@@ -87,6 +88,18 @@ class Secret:
         return "Secret('***')"
 
     __str__ = __repr__
+
+
+def checked_secret(
+    provider: str, model: object, api_key: str | None, env: str, hint: str = ""
+) -> Secret:
+    """Check the model name and find the API key (the argument, then ``env``)."""
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"{provider}: model must be a non-empty str, got {model!r}")
+    key = api_key or os.environ.get(env)
+    if not key:
+        raise ConfigError(f"{provider}: no API key; pass api_key= or set {env}{hint}")
+    return Secret(key)
 
 
 class HeaderAuth(requests.auth.AuthBase):

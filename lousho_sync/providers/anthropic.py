@@ -14,10 +14,10 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import ConfigError, ProviderError
+from ..errors import ProviderError
 from ..messages import FilePart, ImagePart, Message, Part, TextPart
 from ..signal import Signal
-from ._http import Body, HeaderAuth, HttpClient, ResponseBuilder, Secret, safe_url
+from ._http import Body, HeaderAuth, HttpClient, ResponseBuilder, checked_secret, safe_url
 from .base import ModelDone, ModelEvent, ModelRequest, ModelResponse
 
 __all__ = ["AnthropicProvider"]
@@ -61,14 +61,7 @@ class AnthropicProvider:
         max_retries: int = 2,
         backoff_s: float = 0.5,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ConfigError(f"AnthropicProvider: model must be a non-empty str, got {model!r}")
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if not key:
-            raise ConfigError(
-                "AnthropicProvider: no API key; pass api_key= or set ANTHROPIC_API_KEY"
-            )
-        secret = Secret(key)
+        secret = checked_secret("AnthropicProvider", model, api_key, "ANTHROPIC_API_KEY")
         self.model = model
         base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.base_url = base.removesuffix("/v1")  # tolerate a base URL given with /v1

@@ -14,10 +14,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ConfigError, ProviderError
+from ..errors import ProviderError
 from ..messages import FilePart, ImagePart, Message, TextPart
 from ..signal import Signal
-from ._http import Body, HeaderAuth, HttpClient, ResponseBuilder, Secret, safe_url
+from ._http import Body, HeaderAuth, HttpClient, ResponseBuilder, checked_secret, safe_url
 from .base import ModelDone, ModelEvent, ModelRequest, ModelResponse
 
 __all__ = ["OpenAIProvider"]
@@ -58,15 +58,10 @@ class OpenAIProvider:
         max_retries: int = 2,
         backoff_s: float = 0.5,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ConfigError(f"OpenAIProvider: model must be a non-empty str, got {model!r}")
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise ConfigError(
-                "OpenAIProvider: no API key; pass api_key= or set OPENAI_API_KEY "
-                "(a local server that needs no key accepts any placeholder, e.g. 'unused')"
-            )
-        secret = Secret(key)
+        secret = checked_secret(
+            "OpenAIProvider", model, api_key, "OPENAI_API_KEY",
+            " (a local server that needs no key accepts any placeholder, e.g. 'unused')",
+        )
         self.model = model
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = self.base_url.rstrip("/")

@@ -14,7 +14,7 @@ Optional capabilities, detected on the store object:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -215,10 +215,3 @@ class AgentStore:
     checkpoints: CheckpointStore | None = None
     approvals: ApprovalStore | None = None
 
-
-def iter_parts(store: object) -> Iterator[tuple[str, object]]:
-    """``(name, part)`` for the parts an AgentStore-like object has."""
-    for name in ("sessions", "checkpoints", "approvals"):
-        part = getattr(store, name, None)
-        if part is not None:
-            yield name, part
