@@ -29,7 +29,7 @@ import cattrs
 
 from .errors import InvalidInputError, StoreCorruptError
 from .messages import FilePart, ImagePart, Message, Part, TextPart, ToolCall, Usage
-from .stores.base import ApprovalRecord, Checkpoint
+from .records import ApprovalRecord, Checkpoint
 
 __all__ = [
     "FORMAT_VERSION",

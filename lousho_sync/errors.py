@@ -17,7 +17,8 @@
     │   ├── StoreClosedError
     │   ├── StoreCorruptError
     │   ├── StoreTooNewError
-    │   └── StoreConflictError
+    │   ├── StoreConflictError
+    │   └── LeaseLostError                     a write refused: a newer lease holder exists
     ├── ApprovalAlreadyResolvedError
     └── ApprovalNotFoundError (KeyError)
 
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigError",
     "InvalidInputError",
     "InvalidSessionIdError",
+    "LeaseLostError",
     "LoushoError",
     "PropagatingToolError",
     "ProviderError",
@@ -205,6 +207,13 @@ class StoreConflictError(StoreError):
         super().__init__(message, path=path, address=address, session_id=session_id)
         self.expected_length = expected_length
         self.actual_length = actual_length
+
+
+class LeaseLostError(StoreError):
+    """A turn's write was refused because another holder took the session's lease since
+    (fencing); the turn stopped there and its checkpoint is left for the new holder."""
+
+    code = "LOUSHO_LEASE_LOST"
 
 
 class ApprovalAlreadyResolvedError(LoushoError):

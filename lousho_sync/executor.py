@@ -44,9 +44,10 @@ from .providers.base import (
     Provider,
     ToolSpec,
 )
+from .records import ApprovalRecord, Checkpoint, now
 from .results import ExecutionResult
 from .signal import AbortController, Latch
-from .stores.base import ApprovalRecord, ApprovalStore, Checkpoint, CheckpointStore, now
+from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool, ToolContext, run_tool
 
 __all__ = ["AgentExecutor", "TurnConfig", "TurnControl", "TurnState", "run_turn"]

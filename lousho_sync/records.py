@@ -1,0 +1,115 @@
+"""The records stores keep besides messages: :class:`Checkpoint`, :class:`ApprovalRecord`,
+and the :class:`Fence` a turn's writes carry. Below both the codec and the stores.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from .errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError
+from .messages import Message, ToolCall, Usage
+
+__all__ = ["CHECKPOINT_VERSION", "ApprovalRecord", "Checkpoint", "Fence", "now", "resolved"]
+
+CHECKPOINT_VERSION = 1
+
+
+def now() -> float:
+    """Wall-clock seconds since the epoch (what stores record)."""
+    return time.time()
+
+
+def _map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return {} if value is None else dict(value)
+
+
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _strs(value: Iterable[str]) -> tuple[str, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Checkpoint:
+    """The state of an unfinished turn, written after every model response and tool result
+    and before every tool starts.
+
+    ``turn_index`` is the transcript length when the turn started; ``input`` the turn's user
+    messages; ``recorded`` its messages so far (assistant responses, tool results, applied
+    queued input) in order; ``started_call_ids`` tool calls started and not yet recorded;
+    ``queued_inputs`` input queued into the turn and not yet applied; ``extra`` fields this
+    release does not know, kept.
+    """
+
+    version: int = CHECKPOINT_VERSION
+    key: str
+    session_id: str | None
+    run_id: str
+    turn_index: int = 0
+    input: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    recorded: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    started_call_ids: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    queued_inputs: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    pending_approval_ids: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    usage: Usage = Usage()
+    status: Literal["running", "interrupted", "awaiting-approval"] = "running"
+    created_at: float = attrs.field(factory=now)
+    updated_at: float = attrs.field(factory=now)
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ApprovalRecord:
+    """One ``needs_approval`` tool call waiting for (or given) a human decision."""
+
+    id: str
+    session_id: str | None
+    checkpoint_key: str
+    call: ToolCall
+    status: Literal["pending", "approved", "denied"] = "pending"
+    reason: str | None = None
+    created_at: float = attrs.field(factory=now)
+    resolved_at: float | None = None
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map)
+
+
+def resolved(
+    record: ApprovalRecord | None, id: str, *, approved: bool, reason: str | None
+) -> ApprovalRecord:
+    """``record`` (the stored approval ``id``, or None) resolved now as approved or denied
+    with ``reason``, for a store that resolves under its own lock and writes the result.
+
+    Raises ApprovalNotFoundError when ``record`` is None and ApprovalAlreadyResolvedError
+    when it is no longer pending.
+    """
+    if record is None:
+        raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
+    if record.status != "pending":
+        raise ApprovalAlreadyResolvedError(
+            f"approval {id!r} was already {record.status}", approval_id=id
+        )
+    return attrs.evolve(
+        record,
+        status="approved" if approved else "denied",
+        reason=reason,
+        resolved_at=now(),
+    )
+
+
+@attrs.frozen(slots=True)
+class Fence:
+    """The lease a write is made under: session ``session_id``, acquisition ``token``.
+
+    Every acquisition of a session's lease yields a strictly greater token. A store that
+    supports fencing refuses, atomically with the write, any write whose token is older
+    than the newest one handed out for the session (``LeaseLostError``).
+    """
+
+    session_id: str
+    token: int
