@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import re
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,13 +22,13 @@ from ._heartbeat import HEARTBEAT
 from .compaction import maybe_compact
 from .errors import (
     ApprovalAlreadyResolvedError,
-    InvalidSessionIdError,
     SessionAwaitingApprovalError,
     SessionBusyError,
     StoreConflictError,
 )
 from .events import ContextCleared, RunEvent, SessionEvent
 from .executor import ApproveCallback, TurnConfig, TurnControl, TurnState, run_turn
+from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Counters, Limits
 from .messages import Message, Usage
@@ -43,27 +41,14 @@ from .stores.base import ApprovalStore, Checkpoint, CheckpointStore, SessionStor
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ["Session", "TurnPolicy", "validate_session_id"]
+__all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
 
 _log = logging.getLogger(__name__)
 
 TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
-_ID_RULE = "^[A-Za-z0-9_-]{1,128}$"
-_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 LEASE_TTL_S = 30.0
 _LEASE_POLL_S = 0.25
-
-
-def validate_session_id(id: object) -> str:
-    """``id`` if it matches ``^[A-Za-z0-9_-]{1,128}$``, else InvalidSessionIdError."""
-    if not isinstance(id, str) or _ID_RE.fullmatch(id) is None:
-        raise InvalidSessionIdError(
-            f"invalid session id {id!r}: it must match {_ID_RULE} (letters, digits, '_' and "
-            "'-', 1 to 128 characters), because it becomes a file name or a key",
-            session_id=id,
-        )
-    return id
 
 
 def _counters(messages: Any) -> Counters:
@@ -779,9 +764,3 @@ def _drive(gen: Generator[Any, None, Any]) -> Any:
             next(gen)
         except StopIteration as stop:
             return stop.value
-
-
-def new_session_id() -> str:
-    """A fresh session id (a UUID4 string)."""
-    return str(uuid.uuid4())
-
