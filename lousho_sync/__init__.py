@@ -14,10 +14,13 @@ from .errors import (
     InvalidInputError,
     InvalidSessionIdError,
     LeaseLostError,
+    LoopClosedError,
     LoushoError,
     PropagatingToolError,
     ProviderError,
     RateLimitedError,
+    RunConsumedError,
+    RunTimeoutError,
     SessionAwaitingApprovalError,
     SessionBusyError,
     StoreClosedError,
@@ -46,7 +49,6 @@ from .events import (
     ToolResultEvent,
     UsageEvent,
 )
-from .executor import AgentExecutor
 from .limits import Limits, Price
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
 from .providers.anthropic import AnthropicProvider
@@ -90,6 +92,7 @@ from .stores.memory import (
     memory_store,
 )
 from .tools import Tool, ToolContext, tool
+from .turns import AgentExecutor
 
 __version__ = "0.1.0"
 
@@ -127,6 +130,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
+    "LoopClosedError",
     "Limits",
     "LocalStorageCheckpointStore",
     "LoushoError",
@@ -147,6 +151,8 @@ __all__ = [
     "ProviderError",
     "PruneResult",
     "RateLimitedError",
+    "RunConsumedError",
+    "RunTimeoutError",
     "RunDone",
     "RunEvent",
     "RunFailed",

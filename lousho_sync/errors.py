@@ -9,6 +9,9 @@
     ├── SessionBusyError                       a turn is running (reject policy, clear, compact)
     ├── SessionAwaitingApprovalError           a turn waits on a human (.approval_id)
     ├── AbortedError                           a signal was aborted
+    ├── RunConsumedError (RuntimeError)        a run's events were already read
+    ├── RunTimeoutError (TimeoutError)         result(timeout=) ran out (the run goes on)
+    ├── LoopClosedError (RuntimeError)         an aio callback's event loop closed first
     ├── PropagatingToolError                   raised by a tool to end the turn
     ├── ProviderError                          the model provider failed (.status, .retryable)
     │   └── RateLimitedError                   429
@@ -35,10 +38,13 @@ __all__ = [
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
+    "LoopClosedError",
     "LoushoError",
     "PropagatingToolError",
     "ProviderError",
     "RateLimitedError",
+    "RunConsumedError",
+    "RunTimeoutError",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
     "StoreClosedError",
@@ -109,6 +115,24 @@ class AbortedError(LoushoError):
     def __init__(self, message: str = "aborted", *, reason: object = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class RunConsumedError(LoushoError, RuntimeError):
+    """An ``AgentRun`` was iterated after its events were read (or ``result()`` drove it)."""
+
+    code = "LOUSHO_RUN_CONSUMED"
+
+
+class RunTimeoutError(LoushoError, TimeoutError):
+    """``result(timeout=...)`` ran out before the run ended; the run goes on."""
+
+    code = "LOUSHO_TIMEOUT"
+
+
+class LoopClosedError(LoushoError, RuntimeError):
+    """``lousho_aio``: the event loop running an async callback closed before it returned."""
+
+    code = "LOUSHO_LOOP_CLOSED"
 
 
 class PropagatingToolError(LoushoError):
