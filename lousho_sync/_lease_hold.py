@@ -4,7 +4,11 @@ A hold is taken before a turn's first write and kept through its commit — acro
 turn and the new turn of the same call, and across approval continuations. A heartbeat
 renews it every ``ttl_s / 3``; a renewal that fails (the store says another owner has it, or
 the store cannot be reached for longer than the TTL) marks the hold lost, and the turn's
-next write raises :class:`~lousho_sync.errors.LeaseLostError` before touching the store.
+next write raises :class:`~lousho_sync.errors.LeaseLostError` before touching the store. A
+write that finds the last renewal a whole TTL old (the process was stopped) renews first.
+Stores that support fencing also refuse, atomically, a write carrying an older token than
+the newest acquisition (:class:`~lousho_sync.records.Fence`), which closes the window
+between that check and the write.
 Only the hold's owner releases it (directly, or by asking a commit to release it).
 """
 
@@ -105,7 +109,13 @@ class LeaseHold:
         return self._token
 
     def fence(self) -> Fence | None:
-        """The fence a write carries; raises LeaseLostError once the hold is lost."""
+        """The fence a write carries; raises LeaseLostError once the hold is lost.
+
+        A hold not renewed for a whole TTL (this process was stopped or starved) renews
+        now, before the write: another owner may have taken the lease meanwhile.
+        """
+        if self._held and time.monotonic() - self._last_ok >= self.ttl_s:
+            self._renew()
         with self._lock:
             if self._lost:
                 raise LeaseLostError(
