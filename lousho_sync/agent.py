@@ -95,7 +95,11 @@ class Agent:
         self._store = store
         sessions, checkpoints, approvals = _parts(store)
         self._session_store: SessionStore | None = sessions
-        self.checkpoint_store: CheckpointStore = checkpoints or MemoryCheckpointStore()
+        # no store at all: in-memory checkpoints (durable within this process); a store
+        # given without checkpoints is not durable (a turn is saved only when it ends)
+        self.checkpoint_store: CheckpointStore | None = (
+            checkpoints if store is not None else MemoryCheckpointStore()
+        )
         self.approval_store: ApprovalStore = (
             approval_store or approvals or InMemoryApprovalStore()
         )
@@ -149,14 +153,18 @@ class Agent:
         if session_id is not None:
             validate_session_id(session_id)
         control = TurnControl()
-        store = self.checkpoint_store if session_id is not None else self._scratch
+        durable = session_id is not None and self.checkpoint_store is not None
+        store = self.checkpoint_store if durable else self._scratch
+        assert store is not None
         key = one_shot_key(session_id, control.run_id)
         state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
         env = TurnEnv(writer=TurnWriter(store, self.approval_store, key), approve=approve,
-                      durable=session_id is not None)
+                      durable=durable)
+        hint = f"the run was kept: finish it with agent.resume({session_id!r})"
         return AgentRun(
             lambda emit: play_linked(
-                signal, control, play(self._base.config, env, control, state, (), emit=emit)
+                signal, control, play(self._base.config, env, control, state, (), emit=emit,
+                                      resume_hint=hint)
             ),
             control,
         )
@@ -227,7 +235,8 @@ class Agent:
         """Finish what ``id`` left unfinished: first a one-shot run started with
         ``send(..., session_id=id)``, then the session's interrupted turn. None if nothing."""
         validate_session_id(id)
-        one_shot = self._resume_one_shot(self.checkpoint_store, id, signal)
+        one_shot = (self._resume_one_shot(self.checkpoint_store, id, signal)
+                    if self.checkpoint_store is not None else None)
         resumed = self._session_for(id).resume(signal=signal)
         return resumed if resumed is not None else one_shot
 
@@ -240,7 +249,7 @@ class Agent:
             store = session.checkpoint_store or self._scratch
         else:
             session = None
-            store = self._scratch if where.kind == "scratch" else self.checkpoint_store
+            store = (self.checkpoint_store if where.kind == "one-shot" else None) or self._scratch
         cp = store.load(record.checkpoint_key)
         if cp is None:
             return None

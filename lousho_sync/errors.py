@@ -57,9 +57,15 @@ __all__ = [
 
 
 class LoushoError(Exception):
-    """Root of every lousho error; ``code`` is a stable string."""
+    """Root of every lousho error; ``code`` is a stable string.
+
+    ``pending`` is set on errors raised by a session's ``send``/``stream``/``resume`` (and
+    a one-shot run's): True when a turn was kept and pends (finish it with ``resume()`` or
+    drop it with ``discard_pending()``), False when nothing was kept; None elsewhere.
+    """
 
     code: str = "LOUSHO_ERROR"
+    pending: bool | None = None
 
 
 class InvalidInputError(LoushoError, TypeError):
@@ -98,6 +104,7 @@ class SessionAwaitingApprovalError(LoushoError):
     """A turn of the session is paused on an approval; resolve or discard it first."""
 
     code = "LOUSHO_SESSION_AWAITING_APPROVAL"
+    pending = True  # the turn waiting on the approval
 
     def __init__(
         self, message: str, *, approval_id: str | None, session_id: str | None = None

@@ -306,24 +306,71 @@ def _model_call(
     used: Counters,
     ev: _Emit,
 ) -> Generator[RunEvent, None, ModelResponse | None]:
+    """One model call (None when a steer aborted it). A stream that breaks mid-way with a
+    retryable error is made again, within the provider's retry budget, as long as no
+    reader has been handed a text delta of it (never, when nobody reads the events)."""
     request = ModelRequest(
         cfg.system,
         _loop.MessageView(history, state.input, state.recorded),
         cfg.tool_specs,
         cfg.settings,
     )
+    budget = _retry_budget(cfg.provider)
+    attempt = 0
+    while True:
+        seen = _Seen()
+        try:
+            step = used.steps + 1 if attempt == 0 else None
+            response = yield from _stream_once(cfg, ctl, request, ev, seen, step)
+            return response
+        except ProviderError as exc:
+            if not (exc.retryable and seen.received and not seen.handed and attempt < budget):
+                raise
+            attempt += 1
+            _log.warning("provider %s: the stream broke mid-way (%s) before any reader saw "
+                         "it; making the call again (%d of %d)", type(cfg.provider).__name__,
+                         exc, attempt, budget)
+
+
+def _retry_budget(provider: object) -> int:
+    budget = getattr(provider, "max_retries", 2)
+    return budget if isinstance(budget, int) and budget >= 0 else 2
+
+
+class _Seen:
+    """What one attempt of a model call delivered: anything at all, and text to a reader."""
+
+    __slots__ = ("handed", "received")
+
+    def __init__(self) -> None:
+        self.received = False
+        self.handed = False
+
+
+def _stream_once(
+    cfg: TurnConfig,
+    ctl: TurnControl,
+    request: ModelRequest,
+    ev: _Emit,
+    seen: _Seen,
+    step: int | None,
+) -> Generator[RunEvent, None, ModelResponse | None]:
     call = ctl.begin_call()
     response: ModelResponse | None = None
     try:
-        yield from ev(StepStart, step=used.steps + 1)
+        if step is not None:  # a steer while the reader holds step.start aborts this call
+            yield from ev(StepStart, step=step)
         stream = cfg.provider.stream(request, signal=call.signal)
         try:
             for item in stream:
+                seen.received = True
                 if not ctl.mark_emitted():
                     break
                 if isinstance(item, ModelTextDelta):
                     if item.text:
-                        yield from ev(TextDelta, text=item.text)
+                        for event in ev(TextDelta, text=item.text):
+                            seen.handed = True
+                            yield event
                 elif isinstance(item, ModelDone):
                     response = item.response
                 elif not isinstance(item, ModelToolCallDelta):

@@ -31,7 +31,13 @@ from .compaction import (
     summarise,
 )
 from .control import TurnControl
-from .errors import ApprovalAlreadyResolvedError, ConfigError, SessionBusyError
+from .errors import (
+    ApprovalAlreadyResolvedError,
+    ConfigError,
+    LoushoError,
+    SessionAwaitingApprovalError,
+    SessionBusyError,
+)
 from .events import CompactionDone, CompactionStart, ContextCleared, RunEvent, SessionEvent
 from .executor import ApproveCallback, TurnConfig, TurnEnv, TurnState
 from .ids import new_session_id, validate_session_id
@@ -52,6 +58,10 @@ _log = logging.getLogger(__name__)
 TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
+_RESUME_HINT = (
+    "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
+    "with session.discard_pending()"
+)
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -259,12 +269,16 @@ class Session:
                             self._maybe_compact(msgs, control.signal, hold)
                             result = yield from self._new_turn(control, msgs, approve, hold,
                                                                emit)
+                            if resumed is not None:
+                                result = attrs.evolve(result, resumed=resumed)
                 finally:
                     if hold is not None:
                         hold.release()
             turn.result = result
             return result
         except BaseException as exc:
+            if isinstance(exc, LoushoError) and exc.pending is None:
+                exc.pending = isinstance(exc, SessionAwaitingApprovalError)
             turn.error = exc
             raise
         finally:
@@ -303,7 +317,7 @@ class Session:
 
         result: ExecutionResult = yield from play(
             self._base.config, self._env(writer, approve), control, state, st.messages,
-            emit=emit, resumed=resumed, commit=commit,
+            emit=emit, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT,
         )
         if result.finish_reason == "awaiting-approval":
             with st.lock:

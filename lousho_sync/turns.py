@@ -14,7 +14,9 @@ reached a limit before any progress           deleted (nothing is stored)
 paused on an approval                         kept (``awaiting-approval``)
 was aborted                                   deleted (transcript as before)
 lost its lease (``LeaseLostError``)           left as it is, for the new holder
-failed                                        kept as ``interrupted`` for ``resume()``
+failed after recording a model response or   kept as ``interrupted`` for ``resume()``
+a tool result (a durable session)
+failed before any progress, or not durable    deleted: a plain retry is correct
 ============================================  ==========================================
 
 Checkpoint keys are built and parsed here only: ``"<session id>.turn-<n>"`` for session
@@ -33,7 +35,7 @@ import attrs
 
 from ._writes import TurnWriter
 from .control import TurnControl
-from .errors import LeaseLostError
+from .errors import LeaseLostError, LoushoError
 from .events import RunEvent
 from .executor import (
     ApproveCallback,
@@ -59,6 +61,7 @@ __all__ = [
     "Commit",
     "TurnKey",
     "drive",
+    "has_progress",
     "one_shot_key",
     "parse_key",
     "play",
@@ -66,6 +69,7 @@ __all__ = [
     "resumed_turn",
     "session_key",
     "session_prefix",
+    "tell_pending",
 ]
 
 _log = logging.getLogger(__name__)
@@ -125,10 +129,13 @@ def play(
     emit: bool,
     resumed: bool = False,
     commit: Commit | None = None,
+    resume_hint: str | None = None,
 ) -> Generator[RunEvent, None, ExecutionResult]:
     """Run (or continue) one turn to its end and settle its checkpoint by the one rule of
     the module docstring. ``commit`` stores a finished turn (sessions); without it the
-    checkpoint is just deleted (one-shot runs)."""
+    checkpoint is just deleted (one-shot runs). A LoushoError raised out of the turn says
+    in ``pending`` whether the turn was kept, and when it was, ``resume_hint`` (how to
+    finish or drop it) joins its message."""
     try:
         result = yield from steps(cfg, env, ctl, state, history, emit=emit, resumed=resumed)
         finish = result.finish_reason
@@ -140,8 +147,9 @@ def play(
         elif finish == "limit":
             env.writer.delete()
         return result
-    except LeaseLostError:
+    except LeaseLostError as exc:
         ctl.close()
+        exc.pending = True  # the new holder of the lease finishes it
         raise
     except BaseException as exc:
         if ctl.signal.aborted or isinstance(exc, (TurnAborted, GeneratorExit)):
@@ -151,17 +159,37 @@ def play(
                 raise
             return result_of(state, ctl, "aborted", messages=())
         ctl.keep_queued_tokens()
-        if env.durable:
-            _quietly(lambda: env.writer.save(state.checkpoint("interrupted", ctl.queued())),
-                     "mark interrupted the turn", state)
+        kept = env.durable and has_progress(state) and _quietly(
+            lambda: env.writer.save(state.checkpoint("interrupted", ctl.queued())),
+            "mark interrupted the turn", state,
+        )
+        if not kept:  # nothing recorded: a plain retry is correct, so nothing may pend
+            _quietly(env.writer.delete, "delete the checkpoint of failed turn", state)
+        if isinstance(exc, LoushoError):
+            tell_pending(exc, kept, resume_hint)
         raise
 
 
-def _quietly(fn: Callable[[], object], what: str, state: TurnState) -> None:
+def has_progress(state: TurnState) -> bool:
+    """Whether the turn recorded a model response or a tool result (applied queued input
+    alone is not progress)."""
+    return any(m.role != "user" for m in state.recorded)
+
+
+def tell_pending(exc: LoushoError, kept: bool, hint: str | None) -> None:
+    """Say on ``exc`` whether its turn was kept (``pending``), with how to finish it."""
+    exc.pending = kept
+    if kept and hint and exc.args and isinstance(exc.args[0], str) and hint not in exc.args[0]:
+        exc.args = (f"{exc.args[0]} [{hint}]", *exc.args[1:])
+
+
+def _quietly(fn: Callable[[], object], what: str, state: TurnState) -> bool:
     try:
         fn()
     except Exception:
         _log.warning("could not %s %s", what, state.key, exc_info=True)
+        return False
+    return True
 
 
 def resumed_turn(cp: Checkpoint) -> tuple[TurnControl, TurnState]:

@@ -35,7 +35,6 @@ from lousho_sync import (
 )
 from lousho_sync.compaction import (
     SUMMARY_INSTRUCTIONS,
-
     estimate_tokens,
     is_summary,
     split_point,

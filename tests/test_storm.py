@@ -37,13 +37,16 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return str(tmp_path / "store")
 
 
-def _spawn(kind: str, location: str, worker: int, seed: int, logs: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    kind: str, location: str, worker: int, seed: int, logs: Path
+) -> subprocess.Popen[bytes]:
     err = open(logs / f"stderr-{worker}-{time.monotonic_ns()}.txt", "wb")  # noqa: SIM115
     try:
         return subprocess.Popen(
             [sys.executable, str(HERE / "storm_worker.py"), kind, location, str(worker),
              str(seed), str(LEASE_TTL_S)],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "LOUSHO_STORM_LOGS": str(logs)},
+            stdout=subprocess.DEVNULL, stderr=err,
+            env={**os.environ, "LOUSHO_STORM_LOGS": str(logs)},
         )
     finally:
         err.close()
@@ -97,7 +100,8 @@ def _check(agent: Any, logs: Path) -> list[str]:
             elif m.role == "assistant":
                 for c in m.tool_calls:
                     calls[c.id] += 1
-                    following = {x.tool_call_id for x in messages[i + 1 : i + 1 + len(m.tool_calls)]}
+                    after = messages[i + 1 : i + 1 + len(m.tool_calls)]
+                    following = {x.tool_call_id for x in after}
                     if c.id not in following:
                         anomalies.append(f"{sid}: tool call {c.id} has no result after it")
             elif m.tool_call_id is not None:
