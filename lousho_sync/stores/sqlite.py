@@ -76,6 +76,12 @@ from ..errors import (
 from ..messages import Message
 from ..results import PruneResult
 from ._lease import owner_is_dead, poll_until
+from ._sqlite_driver import (
+    CHECKPOINT_WAL_BYTES,
+    choose_driver,
+    wal_reset_affected,
+    warn_wal_reset_once,
+)
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -139,9 +145,18 @@ class _Db:
         self.memory = os.fspath(path) == ":memory:"
         self.path = ":memory:" if self.memory else str(Path(path).absolute())
         self.synchronous = _SYNCHRONOUS[synchronous]
+        self.driver = choose_driver()
+        self.errors: type[Exception] = self.driver.Error
+        # The WAL-reset guard (see _sqlite_driver): no automatic checkpoints; the store
+        # checkpoints under the write lock itself.
+        self.guard = not self.memory and wal_reset_affected(self.driver.sqlite_version_info)
+        self.wal = self.path + "-wal"
+        self.checkpointer: _Conn | None = None  # the guard's second connection, lazily
         self.lock = threading.Lock()
         self.closed = False
         self.conn = self._open()
+        if self.guard:
+            warn_wal_reset_once(self.driver, self.path)
         self.level = self.synchronous  # the connection's current PRAGMA synchronous
         self.pid = os.getpid()
 
@@ -158,7 +173,7 @@ class _Db:
             except StoreTooNewError:
                 conn.close()
                 raise
-            except sqlite3.Error as exc:
+            except self.errors as exc:
                 conn.close()
                 if not (_is_busy(exc) and time.monotonic() < deadline):
                     raise self.translate(exc, "open the database") from exc
@@ -185,15 +200,16 @@ class _Db:
 
     def _connect(self) -> _Conn:
         try:
-            return sqlite3.connect(
+            conn: _Conn = self.driver.connect(
                 self.path,
                 timeout=BUSY_TIMEOUT_S,
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=64,
             )
-        except sqlite3.Error as exc:
+        except self.errors as exc:
             raise self.translate(exc, "open the database") from exc
+        return conn
 
     def _setup(self, conn: _Conn) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -201,6 +217,9 @@ class _Db:
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA journal_size_limit = 1048576")  # WAL back to <= 1 MiB
+            if self.guard:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("PRAGMA cell_size_check = ON")  # see the module's notes on damage
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         if current == SCHEMA_VERSION:
             return
@@ -258,6 +277,7 @@ class _Db:
                 )
             if self.pid != os.getpid():  # forked: never share a connection with the parent
                 self.conn = self._open()
+                self.checkpointer = None
                 self.level = self.synchronous
                 self.pid = os.getpid()
             conn = self.conn
@@ -265,22 +285,66 @@ class _Db:
             if level != self.level:
                 conn.execute(f"PRAGMA synchronous = {level}")
                 self.level = level
+            changes = conn.total_changes
             try:
-                return fn(conn)
+                result = fn(conn)
             except BaseException as exc:
                 if conn.in_transaction:
                     try:
                         conn.rollback()
-                    except sqlite3.Error:
+                    except self.errors:
                         _log.warning("could not roll back in %s", self.path, exc_info=True)
-                if isinstance(exc, sqlite3.Error):
-                    raise self.translate(exc, what, session_id) from exc
-                raise
+                if not isinstance(exc, self.errors):
+                    raise
+                error = self.translate(exc, what, session_id)
+                if not _quotes_stored_text(exc):
+                    raise error from exc
+            else:
+                if self.guard and conn.total_changes != changes:
+                    self._checkpoint_if_due(conn)
+                return result
+            # Raised outside the except block, so neither __cause__ nor __context__ holds
+            # the driver's error, whose text quotes the stored value.
+            raise error
         finally:
             self.lock.release()
 
-    def translate(self, exc: sqlite3.Error, what: str, session_id: str | None = None) -> StoreError:
-        """The lousho error for a sqlite3 error (the caller chains it)."""
+    def _checkpoint_if_due(self, conn: _Conn) -> None:
+        """The WAL-reset guard: once the WAL passes CHECKPOINT_WAL_BYTES, checkpoint while
+        a second connection holds the write lock, so no commit can restart the WAL
+        meanwhile. Called holding ``lock``."""
+        try:
+            if os.stat(self.wal).st_size < CHECKPOINT_WAL_BYTES:
+                return
+        except OSError:
+            return
+        try:
+            if self.checkpointer is None:
+                self.checkpointer = self._connect()
+                self.checkpointer.execute("PRAGMA wal_autocheckpoint = 0")
+            holder = self.checkpointer
+            holder.execute("BEGIN IMMEDIATE")
+            try:
+                busy, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            finally:
+                holder.execute("ROLLBACK")
+        except (self.errors, StoreError):  # the write is committed; the next one retries
+            _log.warning("could not checkpoint %s", self.path, exc_info=True)
+            return
+        _log.debug("checkpointed %s: %s of %s WAL frames (busy=%s)", self.path, done, frames,
+                   busy)
+
+    def translate(self, exc: Exception, what: str, session_id: str | None = None) -> StoreError:
+        """The lousho error for a sqlite3 error (the caller chains it, unless the driver's
+        text quotes a stored value: see :func:`_quotes_stored_text`)."""
+        if _quotes_stored_text(exc):
+            return StoreCorruptError(
+                f"could not {what} in the SQLite store at {self.path}: a stored text value "
+                "is not valid UTF-8 (the file is damaged; it was left as it was; the value is "
+                "not shown)",
+                path=self.path,
+                session_id=session_id,
+            )
         code = getattr(exc, "sqlite_errorcode", None)
         primary = None if code is None else code & 0xFF
         text = f"could not {what} in the SQLite store at {self.path}: {exc}"
@@ -296,7 +360,7 @@ class _Db:
                 path=self.path,
                 session_id=session_id,
             )
-        if isinstance(exc, sqlite3.OperationalError):
+        if isinstance(exc, self.driver.OperationalError):
             return StoreUnavailableError(text, path=self.path, session_id=session_id)
         return StoreError(text, path=self.path, session_id=session_id)
 
@@ -317,10 +381,18 @@ class _Db:
                 return
             self.closed = True
             if self.pid == os.getpid():
+                if self.checkpointer is not None:
+                    self.checkpointer.close()
                 self.conn.close()
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
+def _quotes_stored_text(exc: BaseException) -> bool:
+    """Whether the driver's error text quotes a stored value: Python's sqlite3 reports a
+    column that is not valid UTF-8 with the column's text."""
+    return str(exc).startswith("Could not decode to UTF-8")
+
+
+def _is_busy(exc: Exception) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in _BUSY_CODES
@@ -339,23 +411,25 @@ class SqliteSessionStore:
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
         _check_id(id)
-        rows: list[tuple[int, str]] = self._db.run(
-            "load a session",
-            lambda c: c.execute(
-                "SELECT id & 4294967295, json FROM messages WHERE id >= ?2 * ("
-                "SELECT key FROM sessions WHERE id = ?1) AND id < ?2 * (1 + ("
-                "SELECT key FROM sessions WHERE id = ?1)) ORDER BY id",
-                (id, _SPAN),
-            ).fetchall(),
-            id,
-        )
-        if not rows:
+        rows = self._db.run("load a session", lambda c: _load_rows(c, id), id)
+        messages: list[Message] = []
+        problem: str | None = "the index of session ids is damaged"
+        if rows is None:
+            pass
+        elif not rows or (rows[0][0] == 0 and rows[0][1] is None):
             return None
-        try:
-            return [loads_message(text) for _, text in rows]
-        except StoreCorruptError as exc:
-            seq = _first_bad(rows)
-            raise self._db.corrupt(exc, f"message {seq} of session {id!r}", id) from exc
+        else:
+            messages, problem = _decode_transcript(rows)
+            del rows
+        if problem is not None:
+            raise StoreCorruptError(
+                f"session {id!r} in the SQLite store at {self._db.path} cannot be read: "
+                f"{problem} (the file is damaged; it was left as it was; stored content is "
+                "not shown)",
+                path=self._db.path,
+                session_id=id,
+            )
+        return messages
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         """Replace the transcript; an empty sequence deletes the session."""
@@ -587,13 +661,68 @@ def _insert_messages(c: _Conn, key: int, start: int, texts: list[str]) -> None:
     )
 
 
-def _first_bad(rows: list[tuple[int, str]]) -> int:
-    for seq, text in rows:
+_LOAD = (
+    "SELECT s.length, m.id & 4294967295, CAST(m.json AS BLOB) FROM sessions s LEFT JOIN"
+    " messages m ON m.id >= s.key * ?2 AND m.id < (s.key + 1) * ?2 WHERE s.id = ?1"
+    " ORDER BY m.id"
+)
+"""A session's recorded length and its rows, as bytes (so text that is not UTF-8 reaches
+:func:`_decode_transcript` instead of an error quoting it)."""
+
+
+_NEIGHBOURS = (
+    "SELECT id, key FROM sessions WHERE id > ?1 ORDER BY id LIMIT 1",
+    "SELECT id, key FROM sessions WHERE id < ?1 ORDER BY id DESC LIMIT 1",
+)
+
+
+_Rows = list[tuple[int, int | None, bytes | None]]
+
+
+def _load_rows(c: _Conn, id: str) -> _Rows | None:
+    """``_LOAD``'s rows; None when the sessions index is seen damaged."""
+    rows: _Rows = c.execute(_LOAD, (id, _SPAN)).fetchall()
+    if not rows:
+        # A damaged index entry reads as "absent". Reading the entries next to it makes
+        # SQLite report the damage (SQLITE_CORRUPT) or shows an impossible entry: two
+        # index seeks, on a miss only.
+        for sql in _NEIGHBOURS:
+            for other, key in c.execute(sql, (id,)).fetchall():
+                if type(other) is not str or type(key) is not int:
+                    return None
+    return rows
+
+
+def _decode_transcript(rows: _Rows) -> tuple[list[Message], str | None]:
+    """The messages of ``_LOAD``'s rows, or a problem that names no stored content: rows
+    missing or out of place for the recorded length, or a row that is not a message."""
+    length = rows[0][0]
+    if type(length) is not int or length < 0:
+        return [], "its recorded length is damaged"
+    if rows[0][1] is None:
+        return [], f"it records {length} messages but none is stored"
+    if len(rows) != length or any(seq != i for i, (_, seq, _) in enumerate(rows)):
+        found = sum(1 for i, (_, seq, _) in enumerate(rows) if seq == i)
+        return [], (
+            f"it records {length} messages but {len(rows)} rows are stored, {found} of them "
+            "in place (rows are missing or damaged)"
+        )
+    out: list[Message] = []
+    problem = None
+    for seq, raw in ((r[1], r[2]) for r in rows):
         try:
-            loads_message(text)
+            text = raw.decode("utf-8") if type(raw) is bytes else None
+        except UnicodeDecodeError as exc:
+            problem = f"message {seq} is not valid UTF-8 (byte {exc.start} of the row)"
+            break
+        try:
+            if text is None:
+                raise StoreCorruptError("no text")
+            out.append(loads_message(text))
         except StoreCorruptError:
-            return seq
-    return -1
+            problem = f"message {seq} is not a readable message (not JSON of a message)"
+            break
+    return ([], problem) if problem is not None else (out, None)
 
 
 def _must_sync(checkpoint: Checkpoint) -> bool:
