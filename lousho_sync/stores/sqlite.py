@@ -676,6 +676,7 @@ _NEIGHBOURS = (
 )
 
 
+_ANY_ROW = "SELECT key FROM sessions NOT INDEXED LIMIT 1"
 _Rows = list[tuple[int, int | None, bytes | None]]
 
 
@@ -684,12 +685,17 @@ def _load_rows(c: _Conn, id: str) -> _Rows | None:
     rows: _Rows = c.execute(_LOAD, (id, _SPAN)).fetchall()
     if not rows:
         # A damaged index entry reads as "absent". Reading the entries next to it makes
-        # SQLite report the damage (SQLITE_CORRUPT) or shows an impossible entry: two
-        # index seeks, on a miss only.
+        # SQLite report the damage (SQLITE_CORRUPT) or shows an impossible entry; an index
+        # with no entry at all over a table with rows is damaged too. A few seeks, on a
+        # miss only.
+        found = 0
         for sql in _NEIGHBOURS:
             for other, key in c.execute(sql, (id,)).fetchall():
+                found += 1
                 if type(other) is not str or type(key) is not int:
                     return None
+        if not found and c.execute(_ANY_ROW).fetchone() is not None:
+            return None
     return rows
 
 
