@@ -116,6 +116,22 @@ def _wait_for_ready(fd: int) -> None:
         log += chunk
 
 
+STORE_KINDS = ["files", "sqlite", "redis"]
+"""The durable stores the crash and multi-process tests run on (``tests/crash_child.py``)."""
+
+
+@pytest.fixture
+def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A durable store kind, given by ``parametrize("kind", STORE_KINDS, indirect=True)``.
+    For ``redis`` it takes the shared Redis server (so the test is reported skipped, with
+    the reason, when there is none, and fails under ``CI``) and hands its URL to child
+    processes through ``LOUSHO_TEST_REDIS_URL``."""
+    value = str(request.param)
+    if value == "redis":
+        monkeypatch.setenv("LOUSHO_TEST_REDIS_URL", request.getfixturevalue("redis_url"))
+    return value
+
+
 @pytest.fixture
 def redis_prefix(redis_url: str) -> Iterator[str]:
     """A key prefix of this test's own; its keys are deleted afterwards."""
