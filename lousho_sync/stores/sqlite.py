@@ -294,6 +294,14 @@ class _Db:
                         conn.rollback()
                     except self.errors:
                         _log.warning("could not roll back in %s", self.path, exc_info=True)
+                if isinstance(exc, MemoryError):  # SQLITE_NOMEM
+                    raise StoreUnavailableError(
+                        f"could not {what} in the SQLite store at {self.path}: SQLite ran out of"
+                        " memory (the process is short of memory, or a damaged row claims a"
+                        " huge size: PRAGMA integrity_check tells)",
+                        path=self.path,
+                        session_id=session_id,
+                    ) from exc
                 if not isinstance(exc, self.errors):
                     raise
                 error = self.translate(exc, what, session_id)
