@@ -3,19 +3,23 @@ keeps nothing on disk."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import traceback
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import assistant, user
+from conftest import REDIS_START_TIMEOUT, _no_redis, _wait_for_ready, assistant, free_port, user
 
 from lousho_sync import ScriptedProvider, StoreCorruptError, StoreUnavailableError, create_agent
+from lousho_sync.errors import StoreDurabilityWarning
 from lousho_sync.messages import Message
 from lousho_sync.sqlite import SqliteStore
 
@@ -223,3 +227,81 @@ def test_random_damage_never_returns_a_shorter_transcript(tmp_path: Path) -> Non
         path.unlink()
     print(f"seed={seed} loads over {TRIALS} damaged files: {outcomes}")
     assert outcomes["raised"] > 0 and outcomes["full"] > 0  # the damage did reach data
+
+
+# --- a Redis server that keeps nothing -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _redis_server(directory: Path, *args: str) -> Iterator[str]:
+    """A redis-server of this test's own on a free loopback port, with ``args``; its URL."""
+    pytest.importorskip("redis", reason="redis-py is not installed: pip install 'lousho[redis]'")
+    binary = shutil.which("redis-server")
+    if binary is None:
+        _no_redis("no redis-server binary on PATH (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory),
+         "--daemonize", "no", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    try:
+        _wait_for_ready(proc.stdout.fileno())
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.kill()
+        proc.wait(timeout=REDIS_START_TIMEOUT)
+        proc.stdout.close()
+
+
+def _durability_warnings(url: str) -> list[warnings.WarningMessage]:
+    from lousho_sync.redis import RedisStore
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):  # a second store on the same server: still one warning
+            with RedisStore(url, prefix="faults:") as store:
+                store.sessions.append("s", [user("hi")], expected_length=0)
+                assert store.sessions.load("s") == [user("hi")]
+                store.sessions.delete("s")
+    return [w for w in caught if issubclass(w.category, StoreDurabilityWarning)]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--save", "", "--appendonly", "no"), "no persistence at all"),
+        (("--save", "60 1", "--appendonly", "no"), "only RDB snapshots"),
+    ],
+    ids=["nothing", "snapshots-only"],
+)
+def test_redis_without_an_append_only_file_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, args: tuple[str, ...], says: str
+) -> None:
+    with _redis_server(tmp_path, *args) as url, caplog.at_level(logging.WARNING):
+        found = _durability_warnings(url)
+    assert len(found) == 1, [str(w.message) for w in found]
+    text = str(found[0].message)
+    assert says in text and url.removesuffix("/0") in text and "appendonly yes" in text
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [text]
+
+
+def test_redis_with_an_append_only_file_does_not_warn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _redis_server(tmp_path, "--appendonly", "yes", "--appendfsync", "everysec") as url, \
+            caplog.at_level(logging.INFO):
+        assert _durability_warnings(url) == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_redis_with_config_disabled_is_tolerated_and_logged_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _redis_server(tmp_path, "--save", "", "--appendonly", "no", "--rename-command",
+                       "CONFIG", "") as url, caplog.at_level(logging.INFO):
+        assert _durability_warnings(url) == []
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("could not tell whether the Redis server" in m for m in infos), infos
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
