@@ -21,6 +21,10 @@ from lousho_sync.stores.base import ApprovalRecord, Checkpoint
 
 WAIT = 10.0  # seconds: the longest any event/join in a test may wait
 
+# SqliteStore on the standard sqlite3 module (what most users run, with its WAL-reset guard)
+# unless the run says otherwise; tests/test_sqlite_wal.py covers the pysqlite3 choice.
+os.environ.setdefault("LOUSHO_SQLITE_DRIVER", "sqlite3")
+
 
 def wait(event: threading.Event, what: str = "event") -> None:
     """Wait for ``event`` or fail the test."""
