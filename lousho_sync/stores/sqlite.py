@@ -31,6 +31,23 @@ checkpoint, or is lost if it had none: it was never acknowledged). A plain turn 
 sync. ``"normal"`` syncs only at WAL checkpoints: everything survives a process crash, but
 a power loss or OS crash may lose the last commits (the database stays consistent).
 
+Damage: SQLite keeps no checksums, so the store checks what it can. ``load`` compares the
+rows it finds with the session's recorded length and positions (a transcript shorter than
+recorded is a StoreCorruptError, never returned), reads rows as bytes and decodes them
+itself, and on a miss looks at the neighbouring entries of the session-id index (a damaged
+entry reads as "absent"). ``cell_size_check`` is on. A row that cannot be read raises
+StoreCorruptError naming the path, the session and the message, never the stored content
+(nor does any exception chained to it). A changed byte inside a text that stays valid JSON
+cannot be detected; ``PRAGMA integrity_check`` finds damage to the file's structure.
+
+The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): with the
+``sqlite`` extra a fixed SQLite (pysqlite3) is used automatically; otherwise, when the
+linked SQLite is affected, the store warns once (StoreDurabilityWarning) and checkpoints
+only itself, from a second connection holding the write lock, with SQLite's automatic
+checkpoints off (``wal_autocheckpoint = 0``), so no commit can restart the WAL during a
+checkpoint. ``LOUSHO_SQLITE_DRIVER`` (``auto``, ``sqlite3``, ``pysqlite3``) overrides the
+choice.
+
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
 fast as a connection per thread for a single thread, and threads of one process queue on
