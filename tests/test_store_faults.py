@@ -116,6 +116,23 @@ def test_bad_utf8_anywhere_the_store_reads_is_corrupt_without_the_text(tmp_path:
         assert not _holds(obj, "private"), repr(obj)
 
 
+def test_an_unreadable_checkpoint_is_corrupt_and_the_error_holds_no_content(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.db"
+    SqliteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO checkpoints VALUES ('s.turn-0', 's', ?, 0)",
+                 ('{"v":1,"messages":[{"role":"user","content":"my private text"}',))
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store, pytest.raises(StoreCorruptError) as info:
+        store.checkpoints.load("s.turn-0")
+    assert "'s.turn-0'" in str(info.value) and str(path) in str(info.value)
+    for obj in _reachable(info.value):
+        assert not _holds(obj, "private"), repr(obj)
+
+
 def test_a_session_missing_rows_is_corrupt_not_shorter(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     with SqliteStore(path) as store:

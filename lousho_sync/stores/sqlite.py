@@ -31,22 +31,18 @@ checkpoint, or is lost if it had none: it was never acknowledged). A plain turn 
 sync. ``"normal"`` syncs only at WAL checkpoints: everything survives a process crash, but
 a power loss or OS crash may lose the last commits (the database stays consistent).
 
-Damage: SQLite keeps no checksums, so the store checks what it can. ``load`` compares the
-rows it finds with the session's recorded length and positions (a transcript shorter than
-recorded is a StoreCorruptError, never returned), reads rows as bytes and decodes them
-itself, and on a miss looks at the neighbouring entries of the session-id index (a damaged
-entry reads as "absent"). ``cell_size_check`` is on. A row that cannot be read raises
-StoreCorruptError naming the path, the session and the message, never the stored content
-(nor does any exception chained to it). A changed byte inside a text that stays valid JSON
-cannot be detected; ``PRAGMA integrity_check`` finds damage to the file's structure.
+Damage (see :mod:`._sqlite_rows`): a transcript shorter than the session's recorded length,
+a row that is not a message and a damaged session-id index raise StoreCorruptError naming the
+path, the session and the message, never the stored content (nor does any exception chained
+to it); ``cell_size_check`` is on. SQLite keeps no checksums: a changed byte inside a text
+that stays valid JSON goes unseen; ``PRAGMA integrity_check`` finds structural damage.
 
 The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): with the
-``sqlite`` extra a fixed SQLite (pysqlite3) is used automatically; otherwise, when the
-linked SQLite is affected, the store warns once (StoreDurabilityWarning) and checkpoints
-only itself, from a second connection holding the write lock, with SQLite's automatic
-checkpoints off (``wal_autocheckpoint = 0``), so no commit can restart the WAL during a
-checkpoint. ``LOUSHO_SQLITE_DRIVER`` (``auto``, ``sqlite3``, ``pysqlite3``) overrides the
-choice.
+``sqlite`` extra a fixed SQLite (pysqlite3) is used automatically; otherwise, when the linked
+SQLite is affected, the store warns once (StoreDurabilityWarning), turns SQLite's automatic
+checkpoints off and checkpoints itself from a second connection holding the write lock, so
+no commit can restart the WAL during a checkpoint. ``LOUSHO_SQLITE_DRIVER`` (``auto``,
+``sqlite3``, ``pysqlite3``) overrides the choice.
 
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
@@ -76,7 +72,6 @@ from ..codec import (
     dumps_message,
     loads_approval,
     loads_checkpoint,
-    loads_message,
 )
 from ..errors import (
     ApprovalAlreadyResolvedError,
@@ -99,6 +94,7 @@ from ._sqlite_driver import (
     wal_reset_affected,
     warn_wal_reset_once,
 )
+from ._sqlite_rows import decode_transcript, load_rows, quotes_stored_text
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -322,7 +318,7 @@ class _Db:
                 if not isinstance(exc, self.errors):
                     raise
                 error = self.translate(exc, what, session_id)
-                if not _quotes_stored_text(exc):
+                if not quotes_stored_text(exc):
                     raise error from exc
             else:
                 if self.guard and conn.total_changes != changes:
@@ -362,7 +358,7 @@ class _Db:
     def translate(self, exc: Exception, what: str, session_id: str | None = None) -> StoreError:
         """The lousho error for a sqlite3 error (the caller chains it, unless the driver's
         text quotes a stored value: see :func:`_quotes_stored_text`)."""
-        if _quotes_stored_text(exc):
+        if quotes_stored_text(exc):
             return StoreCorruptError(
                 f"could not {what} in the SQLite store at {self.path}: a stored text value "
                 "is not valid UTF-8 (the file is damaged; it was left as it was; the value is "
@@ -392,7 +388,8 @@ class _Db:
     def corrupt(
         self, exc: Exception, what: str, session_id: str | None = None
     ) -> StoreCorruptError:
-        """A StoreCorruptError naming the path, for a codec error about ``what``."""
+        """A StoreCorruptError naming the path, for a codec error about ``what`` (raise it
+        unchained: the codec error's cause holds the stored text)."""
         return StoreCorruptError(
             f"{what} in the SQLite store at {self.path} cannot be read: {exc}",
             path=self.path,
@@ -409,12 +406,6 @@ class _Db:
                 if self.checkpointer is not None:
                     self.checkpointer.close()
                 self.conn.close()
-
-
-def _quotes_stored_text(exc: BaseException) -> bool:
-    """Whether the driver's error text quotes a stored value: Python's sqlite3 reports a
-    column that is not valid UTF-8 with the column's text."""
-    return str(exc).startswith("Could not decode to UTF-8")
 
 
 def _is_busy(exc: Exception) -> bool:
@@ -436,7 +427,7 @@ class SqliteSessionStore:
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
         _check_id(id)
-        rows = self._db.run("load a session", lambda c: _load_rows(c, id), id)
+        rows = self._db.run("load a session", lambda c: load_rows(c, id, _SPAN), id)
         messages: list[Message] = []
         problem: str | None = "the index of session ids is damaged"
         if rows is None:
@@ -444,7 +435,7 @@ class SqliteSessionStore:
         elif not rows or (rows[0][0] == 0 and rows[0][1] is None):
             return None
         else:
-            messages, problem = _decode_transcript(rows)
+            messages, problem = decode_transcript(rows)
             del rows
         if problem is not None:
             raise StoreCorruptError(
@@ -686,76 +677,6 @@ def _insert_messages(c: _Conn, key: int, start: int, texts: list[str]) -> None:
     )
 
 
-_LOAD = (
-    "SELECT s.length, m.id & 4294967295, CAST(m.json AS BLOB) FROM sessions s LEFT JOIN"
-    " messages m ON m.id >= s.key * ?2 AND m.id < (s.key + 1) * ?2 WHERE s.id = ?1"
-    " ORDER BY m.id"
-)
-"""A session's recorded length and its rows, as bytes (so text that is not UTF-8 reaches
-:func:`_decode_transcript` instead of an error quoting it)."""
-
-
-_NEIGHBOURS = (
-    "SELECT id, key FROM sessions WHERE id > ?1 ORDER BY id LIMIT 1",
-    "SELECT id, key FROM sessions WHERE id < ?1 ORDER BY id DESC LIMIT 1",
-)
-
-
-_ANY_ROW = "SELECT key FROM sessions NOT INDEXED LIMIT 1"
-_Rows = list[tuple[int, int | None, bytes | None]]
-
-
-def _load_rows(c: _Conn, id: str) -> _Rows | None:
-    """``_LOAD``'s rows; None when the sessions index is seen damaged."""
-    rows: _Rows = c.execute(_LOAD, (id, _SPAN)).fetchall()
-    if not rows:
-        # A damaged index entry reads as "absent". Reading the entries next to it makes
-        # SQLite report the damage (SQLITE_CORRUPT) or shows an impossible entry; an index
-        # with no entry at all over a table with rows is damaged too. A few seeks, on a
-        # miss only.
-        found = 0
-        for sql in _NEIGHBOURS:
-            for other, key in c.execute(sql, (id,)).fetchall():
-                found += 1
-                if type(other) is not str or type(key) is not int:
-                    return None
-        if not found and c.execute(_ANY_ROW).fetchone() is not None:
-            return None
-    return rows
-
-
-def _decode_transcript(rows: _Rows) -> tuple[list[Message], str | None]:
-    """The messages of ``_LOAD``'s rows, or a problem that names no stored content: rows
-    missing or out of place for the recorded length, or a row that is not a message."""
-    length = rows[0][0]
-    if type(length) is not int or length < 0:
-        return [], "its recorded length is damaged"
-    if rows[0][1] is None:
-        return [], f"it records {length} messages but none is stored"
-    if len(rows) != length or any(seq != i for i, (_, seq, _) in enumerate(rows)):
-        found = sum(1 for i, (_, seq, _) in enumerate(rows) if seq == i)
-        return [], (
-            f"it records {length} messages but {len(rows)} rows are stored, {found} of them "
-            "in place (rows are missing or damaged)"
-        )
-    out: list[Message] = []
-    problem = None
-    for seq, raw in ((r[1], r[2]) for r in rows):
-        try:
-            text = raw.decode("utf-8") if type(raw) is bytes else None
-        except UnicodeDecodeError as exc:
-            problem = f"message {seq} is not valid UTF-8 (byte {exc.start} of the row)"
-            break
-        try:
-            if text is None:
-                raise StoreCorruptError("no text")
-            out.append(loads_message(text))
-        except StoreCorruptError:
-            problem = f"message {seq} is not a readable message (not JSON of a message)"
-            break
-    return ([], problem) if problem is not None else (out, None)
-
-
 def _must_sync(checkpoint: Checkpoint) -> bool:
     """Whether a checkpoint write needs its own sync: it records a paused or interrupted
     turn, or a tool about to start (see the module's durability notes)."""
@@ -779,7 +700,8 @@ class SqliteCheckpointStore:
         try:
             return loads_checkpoint(row[0])
         except StoreCorruptError as exc:
-            raise self._db.corrupt(exc, f"checkpoint {key!r}") from exc
+            error = self._db.corrupt(exc, f"checkpoint {key!r}")
+        raise error  # unchained: the codec's cause holds the stored text
 
     def save(self, key: str, checkpoint: Checkpoint) -> None:
         """Write (replace) the checkpoint."""
@@ -904,7 +826,10 @@ class SqliteApprovalStore:
         try:
             record = loads_approval(text)
         except StoreCorruptError as exc:
-            raise self._db.corrupt(exc, f"approval {id!r}") from exc
+            error = self._db.corrupt(exc, f"approval {id!r}")
+            record = None
+        if record is None:
+            raise error  # unchained: the codec's cause holds the stored text
         if (record.status, record.reason, record.resolved_at) != (status, reason, resolved_at):
             record = attrs.evolve(record, status=status, reason=reason, resolved_at=resolved_at)
         return record
