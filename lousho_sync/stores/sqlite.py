@@ -118,6 +118,8 @@ _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 _SPAN = 1 << 32
 """Message rowids of session key k are k * _SPAN + position."""
+_CHECK_WAL_EVERY = 32
+"""Rows changed between two looks at the WAL's size (a turn changes about 4)."""
 _BUSY_CODES = frozenset((5, 6))  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 _CORRUPT_CODES = frozenset((11, 26))  # SQLITE_CORRUPT, SQLITE_NOTADB
 
@@ -165,6 +167,7 @@ class _Db:
         self.guard = not self.memory and wal_reset_affected(self.driver.sqlite_version_info)
         self.wal = self.path + "-wal"
         self.checkpointer: _Conn | None = None  # the guard's second connection, lazily
+        self.unchecked = 0  # rows changed since the guard last looked at the WAL's size
         self.lock = threading.Lock()
         self.closed = False
         self.conn = self._open()
@@ -321,8 +324,11 @@ class _Db:
                 if not quotes_stored_text(exc):
                     raise error from exc
             else:
-                if self.guard and conn.total_changes != changes:
-                    self._checkpoint_if_due(conn)
+                if self.guard:
+                    self.unchecked += conn.total_changes - changes
+                    if self.unchecked >= _CHECK_WAL_EVERY:
+                        self.unchecked = 0
+                        self._checkpoint_if_due(conn)
                 return result
             # Raised outside the except block, so neither __cause__ nor __context__ holds
             # the driver's error, whose text quotes the stored value.
