@@ -98,6 +98,21 @@ def test_an_unreadable_sqlite_row_is_corrupt_and_the_error_holds_no_content(
     conn.close()
 
 
+def test_a_session_over_a_bad_row_raises_corrupt_without_the_text(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    _store_with_a_turn(path)
+    _damage_row(path, b'{"role":"user","content":"my private text\xff"}'.hex())
+    with SqliteStore(path) as store:
+        session = create_agent(provider=ScriptedProvider(default="ok"), store=store).session(
+            id="s"
+        )
+        with pytest.raises(StoreCorruptError) as info:
+            session.send("again")
+    assert info.value.code == "LOUSHO_STORE_CORRUPT" and info.value.session_id == "s"
+    for obj in _reachable(info.value):
+        assert not _holds(obj, "private"), repr(obj)
+
+
 def test_bad_utf8_anywhere_the_store_reads_is_corrupt_without_the_text(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     with SqliteStore(path) as store:
