@@ -34,7 +34,7 @@ a power loss or OS crash may lose the last commits (the database stays consisten
 Damage (see :mod:`._sqlite_rows`): a transcript shorter than the session's recorded length,
 a row that is not a message and a damaged session-id index raise StoreCorruptError naming the
 path, the session and the message, never the stored content (nor does any exception chained
-to it); ``cell_size_check`` is on. SQLite keeps no checksums: a changed byte inside a text
+to it). SQLite keeps no checksums: a changed byte inside a text
 that stays valid JSON goes unseen; ``PRAGMA integrity_check`` finds structural damage.
 
 The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): with the
@@ -235,7 +235,6 @@ class _Db:
             conn.execute("PRAGMA journal_size_limit = 1048576")  # WAL back to <= 1 MiB
             if self.guard:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
-        conn.execute("PRAGMA cell_size_check = ON")  # see the module's notes on damage
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         if current == SCHEMA_VERSION:
             return
