@@ -34,8 +34,8 @@ a power loss or OS crash may lose the last commits (the database stays consisten
 Damage (see :mod:`._sqlite_rows`): a transcript shorter than the session's recorded length,
 a row that is not a message and a damaged session-id index raise StoreCorruptError naming the
 path, the session and the message, never the stored content (nor does any exception chained
-to it). SQLite keeps no checksums: a changed byte inside a text
-that stays valid JSON goes unseen; ``PRAGMA integrity_check`` finds structural damage.
+to it). SQLite keeps no checksums: a changed byte inside a text that stays valid JSON goes
+unseen; ``PRAGMA integrity_check`` finds structural damage.
 
 The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): with the
 ``sqlite`` extra a fixed SQLite (pysqlite3) is used automatically; otherwise, when the linked
@@ -362,7 +362,7 @@ class _Db:
 
     def translate(self, exc: Exception, what: str, session_id: str | None = None) -> StoreError:
         """The lousho error for a sqlite3 error (the caller chains it, unless the driver's
-        text quotes a stored value: see :func:`_quotes_stored_text`)."""
+        text quotes a stored value: see :func:`._sqlite_rows.quotes_stored_text`)."""
         if quotes_stored_text(exc):
             return StoreCorruptError(
                 f"could not {what} in the SQLite store at {self.path}: a stored text value "
