@@ -22,6 +22,7 @@ from .compaction import (
     split_point,
     summarise,
 )
+from .errors import StoreCorruptError
 from .events import CompactionDone, CompactionStart
 from .limits import Limits, exceeded_before_model_call
 from .messages import Message
@@ -74,10 +75,29 @@ class SessionParts:
                        session_used=self.state.used,
                        durable=self.checkpoints is not None)
 
-    def pending_checkpoint(self) -> Checkpoint | None:
-        """The checkpoint of the turn that would start now, if one pends."""
+    def pending_checkpoint(
+        self, *, drop_unreadable: bool = False, hold: LeaseHold | None = None
+    ) -> Checkpoint | None:
+        """The checkpoint of the turn that would start now, if one pends.
+
+        An unreadable one raises StoreCorruptError saying how to remove it; with
+        ``drop_unreadable`` it is deleted instead (under the caller's lease ``hold``; logged)
+        and None returned — what discard_pending() and clear() do.
+        """
         store = self.checkpoints or self.base.scratch
-        return store.load(session_key(self.id, len(self.state.messages)))
+        key = session_key(self.id, len(self.state.messages))
+        try:
+            return store.load(key)
+        except StoreCorruptError as exc:
+            if not drop_unreadable:
+                raise StoreCorruptError(
+                    f"{exc} [session {self.id!r}: its pending turn {key!r} cannot be read; "
+                    "session.discard_pending() or session.clear() removes it]",
+                    path=exc.path, address=exc.address, session_id=self.id,
+                ) from exc
+            _log.warning("session %s: deleting its unreadable pending turn %s", self.id, key)
+            self.writer(key, hold).delete()
+            return None
 
     def still_pending(self, cp: Checkpoint) -> list[str]:
         """The approvals of ``cp`` still waiting for a decision."""

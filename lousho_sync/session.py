@@ -364,7 +364,7 @@ class Session:
     def discard_pending(self) -> None:
         """Drop the unfinished turn (and deny its open approvals) without running it."""
         with self._p.exclusive("discard_pending()") as hold:
-            cp = self._p.pending_checkpoint()
+            cp = self._p.pending_checkpoint(drop_unreadable=True, hold=hold)
             if cp is None:
                 return
             for approval_id in self._p.still_pending(cp):
@@ -384,7 +384,7 @@ class Session:
         turn waits on an approval. Session budgets count again from zero.
         """
         with self._p.exclusive("clear()") as hold:
-            cp = self._p.pending_checkpoint()
+            cp = self._p.pending_checkpoint(drop_unreadable=True, hold=hold)
             if cp is not None and cp.status == "awaiting-approval":
                 pending = self._p.still_pending(cp)
                 if pending:
