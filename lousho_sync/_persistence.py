@@ -26,15 +26,16 @@ def commit_turn(
     new: tuple[Message, ...],
     *,
     writer: TurnWriter,
+    key: str | None,
     committer: Any,
     hold: LeaseHold | None,
     release: bool,
 ) -> None:
     """Store the turn ``new`` after the cached transcript and drop its checkpoint.
 
-    ``committer`` is the combined store whose ``commit_turn`` does both at once (None to do
-    them one after the other). With ``release`` the commit also gives the lease up (the
-    caller's last write under it).
+    ``key`` is the turn's checkpoint; ``committer`` is the combined store whose
+    ``commit_turn`` does both at once (None to do them one after the other). With
+    ``release`` the commit also gives the lease up (the caller's last write under it).
     """
     store: Any = st.store
     history = st.messages
@@ -42,7 +43,7 @@ def commit_turn(
     if committer is not None and writer.durable:
         with contextlib.suppress(StoreConflictError):  # then the slow path below
             revision = committer.commit_turn(
-                st.id, new, expected_length=len(history), checkpoint_key=writer.key,
+                st.id, new, expected_length=len(history), checkpoint_key=key,
                 fence=fence, release=release and hold is not None,
             )
             if release and hold is not None:
@@ -62,7 +63,7 @@ def commit_turn(
             history = _append_after_conflict(st, store, new, kw)
     else:
         store.save(st.id, [*history, *new], **kw)
-    writer.delete()
+    writer.delete(key)
     st.extend(history, new, st.current_revision())
 
 

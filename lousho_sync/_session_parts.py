@@ -62,10 +62,10 @@ class SessionParts:
     state: SessionState
     lease_ttl_s: float
 
-    def writer(self, key: str, hold: LeaseHold | None) -> TurnWriter:
-        """The writer of the turn checkpointed under ``key``."""
+    def writer(self, hold: LeaseHold | None) -> TurnWriter:
+        """The writer of this session's turns under the lease ``hold``."""
         checkpoints = self.checkpoints or self.base.scratch
-        return TurnWriter(checkpoints, self.approvals, key, hold)
+        return TurnWriter(checkpoints, self.approvals, hold)
 
     def env(
         self, writer: TurnWriter, approve: ApproveCallback | None, limits: Limits | None
@@ -96,7 +96,7 @@ class SessionParts:
                     path=exc.path, address=exc.address, session_id=self.id,
                 ) from exc
             _log.warning("session %s: deleting its unreadable pending turn %s", self.id, key)
-            self.writer(key, hold).delete()
+            self.writer(hold).delete(key)
             return None
 
     def still_pending(self, cp: Checkpoint) -> list[str]:
@@ -120,7 +120,7 @@ class SessionParts:
         self.sessions.save(self.id, messages, **kw)
         for store in {id(s): s for s in (self.checkpoints, self.base.scratch) if s}.values():
             for key in store.keys(session_prefix(self.id)):
-                TurnWriter(store, None, key, hold).delete()
+                TurnWriter(store, None, hold).delete(key)
         revision = self.sessions.revision(self.id) if st.has_revision else None  # type: ignore[attr-defined]
         st.replace(messages, revision)
 

@@ -18,30 +18,28 @@ def fenced(part: object) -> bool:
 
 
 class TurnWriter:
-    """Writes of one turn under ``key``; a no-op where there is no store (or no key).
+    """The checkpoint and approval writes of turns; a no-op where there is no store.
 
     Each write first asks the lease hold (if any) for its fence, so a turn whose lease was
     lost stops before writing; stores that check fences also refuse a stale one atomically.
     """
 
-    __slots__ = ("approvals", "checkpoints", "hold", "key")
+    __slots__ = ("approvals", "checkpoints", "hold")
 
     def __init__(
         self,
         checkpoints: CheckpointStore | None,
         approvals: ApprovalStore | None,
-        key: str | None,
         hold: LeaseHold | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.approvals = approvals
-        self.key = key
         self.hold = hold
 
     @property
     def durable(self) -> bool:
-        """Whether this turn has somewhere to keep its checkpoint."""
-        return self.checkpoints is not None and self.key is not None
+        """Whether there is somewhere to keep a checkpoint."""
+        return self.checkpoints is not None
 
     def _fence(self, part: object) -> dict[str, Any]:
         if self.hold is None:
@@ -50,16 +48,16 @@ class TurnWriter:
         return {"fence": fence} if fence is not None and fenced(part) else {}
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Write the turn's checkpoint."""
+        """Write ``checkpoint`` under its key."""
         store = self.checkpoints
-        if store is not None and self.key is not None:
-            store.save(self.key, checkpoint, **self._fence(store))
+        if store is not None:
+            store.save(checkpoint.key, checkpoint, **self._fence(store))
 
-    def delete(self) -> None:
-        """Delete the turn's checkpoint."""
+    def delete(self, key: str | None) -> None:
+        """Delete the checkpoint ``key`` (nothing when None)."""
         store = self.checkpoints
-        if store is not None and self.key is not None:
-            store.delete(self.key, **self._fence(store))
+        if store is not None and key is not None:
+            store.delete(key, **self._fence(store))
 
     def create_approval(self, record: ApprovalRecord) -> None:
         """Store a new pending approval record."""
