@@ -36,7 +36,14 @@ from .results import ExecutionResult, PendingTurn
 from .run import AgentRun
 from .signal import Latch, Signal
 from .stores._lease import make_owner
-from .stores.base import ApprovalStore, Checkpoint, CheckpointStore, SessionStore
+from .stores.base import (
+    ApprovalStore,
+    Checkpoint,
+    CheckpointStore,
+    Fence,
+    SessionStore,
+    turn_committer,
+)
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -116,7 +123,8 @@ class _SessionState:
         self.seq = itertools.count()
         self.shared_lease = hasattr(store, "acquire_lease")
         self.lease_held = False
-        self.commit_turn = getattr(store, "commit_turn", None)
+        self.lease_token = 0  # the fence token of the lease while lease_held
+        self.committer = turn_committer(store)
         self.has_revision = hasattr(store, "revision")
 
 
@@ -431,18 +439,20 @@ class Session:
             return
         ttl = self._lease_ttl_s
         if reject:
-            if not store.acquire_lease(self._id, owner=st.owner, ttl_s=ttl, wait_s=0.0):
+            token = store.acquire_lease(self._id, owner=st.owner, ttl_s=ttl, wait_s=0.0)
+            if not token:
                 raise SessionBusyError(
                     f"session {self._id!r} is running a turn in another process",
                     session_id=self._id,
                 )
         else:
-            while not store.acquire_lease(
+            while not (token := store.acquire_lease(
                 self._id, owner=st.owner, ttl_s=ttl, wait_s=_LEASE_POLL_S
-            ):
+            )):
                 if control is not None and control.signal.aborted:
                     raise _WaitAborted
         st.lease_held = True
+        st.lease_token = int(token)
         cancel = HEARTBEAT.add(
             lambda: store.renew_lease(self._id, owner=st.owner, ttl_s=ttl), ttl / 3
         )
@@ -599,12 +609,15 @@ class Session:
         history = st.messages
         committed: object = None  # the new revision when commit_turn did it all
         try:
-            if st.commit_turn is not None:
+            committer = st.committer  # one transaction, when it also holds our checkpoints
+            if committer is not None and new and (
+                state.key is None or committer.checkpoints is self._checkpoints
+            ):
                 with contextlib.suppress(StoreConflictError):  # then the slow path
-                    committed = st.commit_turn(
-                        self._id, new, expected_length=len(history),
-                        checkpoints=self._checkpoints, checkpoint_key=state.key,
-                        release_owner=st.owner if st.lease_held else None,
+                    committed = committer.commit_turn(
+                        self._id, new, expected_length=len(history), checkpoint_key=state.key,
+                        fence=Fence(self._id, st.lease_token) if st.lease_held else None,
+                        release=st.lease_held,
                     )
             if committed is not None:
                 st.lease_held = False
