@@ -279,8 +279,9 @@ def test_a_retried_append_or_resolve_is_not_a_conflict(rstore: RedisStore) -> No
     c = rstore._c
     keys = [c.key("session:", "s1"), c.key("session-meta:", "s1"), c.key("revision"),
             c.key("sessions"), c.key("checkpoint:"), c.key("checkpoints"),
-            c.key("checkpoint-keys"), c.key("lease:", "s1")]
-    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", "0", "", "", '{"role":"user","content":"a"}']
+            c.key("checkpoint-keys"), c.key("lease:", "s1"), c.key("fence:", "s1")]
+    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", "0", "", "0", 0,
+                       '{"role":"user","content":"a"}']
     first = list(c.append_script(keys, args, c.client))
     assert first[:2] == [1, 1] and first[2] == rstore.sessions.revision("s1")
     assert list(c.append_script(keys, args, c.client)) == first  # the retry: no double
