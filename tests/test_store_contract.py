@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import approval, assistant, checkpoint, texts, user
+from conftest import approval, assistant, checkpoint, read_line, texts, user
 
 from lousho_sync.agent import create_agent
 from lousho_sync.errors import (
@@ -136,6 +139,10 @@ class Kit:
         """Make a session / checkpoint / resolved approval look ``seconds`` older."""
         raise NotImplementedError
 
+    def child_argv(self) -> list[str]:
+        """How a child process opens this kit's store (see CHILD_FENCED_TURN)."""
+        raise NotImplementedError
+
 
 class MemoryKit(Kit):
     name = "memory"
@@ -219,6 +226,10 @@ class SqliteKit(Kit):
     def __init__(self, path: Path) -> None:
         self.location = str(path)
 
+    def child_argv(self) -> list[str]:
+        assert self.location is not None
+        return ["sqlite", self.location, ""]
+
     def open(self) -> Any:
         from lousho_sync.sqlite import SqliteStore
 
@@ -254,6 +265,9 @@ class RedisKit(Kit):
     def __init__(self, url: str, prefix: str, raw: Any) -> None:
         self.url, self.prefix, self.raw = url, prefix, raw
         self.location = url  # the test URLs carry no password: the address is the URL
+
+    def child_argv(self) -> list[str]:
+        return ["redis", self.url, self.prefix]
 
     def open(self) -> Any:
         from lousho_sync.redis import RedisStore
@@ -963,3 +977,82 @@ def test_a_new_agent_over_the_same_store_sees_the_history(kit: Kit, store: Any) 
         again = create_agent(provider=provider, store=again_store).session(id="u")
         assert [m.text for m in again.messages] == ["hello", "1 messages seen"]
         assert again.send("and now?").text == "3 messages seen"
+
+
+# --- a stopped holder across real processes --------------------------------------------------
+
+CHILD_FENCED_TURN = """
+import sys
+from lousho_sync.errors import LeaseLostError
+from lousho_sync.messages import Message
+from lousho_sync.records import Checkpoint, Fence
+from lousho_sync.stores._lease import make_owner
+kind, where, prefix = sys.argv[1:4]
+if kind == "sqlite":
+    from lousho_sync.sqlite import SqliteStore
+    store = SqliteStore(where)
+else:
+    from lousho_sync.redis import RedisStore
+    store = RedisStore(where, prefix=prefix)
+token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=0.5, wait_s=10)
+fence = Fence("s1", token)
+store.checkpoints.save("s1.turn-0", Checkpoint(key="s1.turn-0", session_id="s1", run_id="A"),
+                       fence=fence)
+print(token, flush=True)
+sys.stdin.readline()  # the parent stops us here, takes over, commits, continues us
+for what, write in [
+    ("checkpoint", lambda: store.checkpoints.save(
+        "s1.turn-0", Checkpoint(key="s1.turn-0", session_id="s1", run_id="A2"), fence=fence)),
+    ("commit", lambda: store.commit_turn(
+        "s1", [Message("user", "A's turn")], expected_length=0, checkpoint_key="s1.turn-0",
+        fence=fence, release=True)),
+]:
+    try:
+        write()
+        print(what, "written", flush=True)
+    except LeaseLostError as exc:
+        print(what, "refused", exc.session_id, exc.code, flush=True)
+"""
+
+
+def test_a_stopped_holder_past_its_ttl_cannot_commit_after_the_new_owner(
+    kit: Kit, store: Any
+) -> None:
+    """Process A takes the lease (ttl 0.5 s) and is stopped (SIGSTOP); this process (B)
+    takes over once it expires and commits the turn; A, continued, has every write refused:
+    the transcript holds B's turn only."""
+    kit.need("fencing")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_FENCED_TURN, *kit.child_argv()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = read_line(child)
+        assert first.isdigit(), first + (child.stderr.read() if child.stderr else "")
+        held = int(first)
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600,
+                                                 wait_s=TIMEOUT)  # polls until A's expires
+            assert token is not None and token > held
+            assert store.checkpoints.load("s1.turn-0").run_id == "A"  # A's, left for B
+            store.commit_turn("s1", [user("B's turn")], expected_length=0,
+                              checkpoint_key="s1.turn-0", fence=Fence("s1", token), release=True)
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=TIMEOUT)
+        assert child.returncode == 0, err
+        assert out.splitlines() == [
+            "checkpoint refused s1 LOUSHO_LEASE_LOST",
+            "commit refused s1 LOUSHO_LEASE_LOST",
+        ]
+        assert texts(store.sessions.load("s1")) == ["B's turn"]
+        assert store.checkpoints.keys("s1.") == []
+        assert store.sessions.fence_token("s1") == token
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate(timeout=TIMEOUT)
