@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import approval, assistant, read_line, run_together, texts, user
+from conftest import approval, assistant, checkpoint, read_line, run_together, texts, user
 
+from lousho_sync.codec import dumps_checkpoint, dumps_message
 from lousho_sync.errors import ConfigError, StoreCorruptError, StoreTooNewError
+from lousho_sync.records import Fence
 from lousho_sync.sqlite import SCHEMA_VERSION, SqliteStore
 from lousho_sync.stores._lease import make_owner
 
@@ -130,10 +132,6 @@ SCHEMA_1 = (
 
 
 def test_a_version_1_file_is_migrated_on_open_and_keeps_its_data(tmp_path: Path) -> None:
-    from lousho_sync.codec import dumps_checkpoint, dumps_message
-    from lousho_sync.records import Fence
-    from conftest import checkpoint
-
     path = tmp_path / "v1.db"
     conn = raw(path)
     conn.execute("PRAGMA journal_mode = WAL")
