@@ -22,10 +22,10 @@ __all__ = [
     "check_older_than",
     "check_owner",
     "check_ttl",
+    "commit_token",
     "fence_token_of",
     "lease_lost",
     "overlay",
-    "release_needs_fence",
     "resolved_at",
     "validate_session_id",
 ]
@@ -123,12 +123,17 @@ def check_fence(
         raise lease_lost(id, newest, token, where, path=path, address=address)
 
 
-def release_needs_fence(id: str) -> ConfigError:
-    """The error for ``commit_turn(release=True)`` without a fence."""
-    return ConfigError(
-        f"commit_turn(release=True) of session {id!r} needs the fence its lease was "
-        "acquired under (fence=Fence(id, token))"
-    )
+def commit_token(id: str, fence: Fence | None, release: bool) -> int:
+    """The fence token of a ``commit_turn`` of session ``id`` (0: unfenced), after checking
+    the id, the fence, and that ``release`` comes with a fence."""
+    validate_session_id(id)
+    token = fence_token_of(fence, id)
+    if release and not token:
+        raise ConfigError(
+            f"commit_turn(release=True) of session {id!r} needs the fence its lease was "
+            "acquired under (fence=Fence(id, token))"
+        )
+    return token
 
 
 _Status = Literal["pending", "approved", "denied"]

@@ -40,21 +40,13 @@ gets fresh connections there (redis-py resets its pool on fork).
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
-import os
-import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 try:
     import redis
-    from redis import exceptions as redis_errors
-    from redis.backoff import ExponentialBackoff
-    from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs the redis package: pip install 'lousho[redis]'") from exc
 
@@ -70,16 +62,11 @@ from ..errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     ConfigError,
-    StoreClosedError,
     StoreCorruptError,
-    StoreError,
-    StoreTooNewError,
-    StoreUnavailableError,
 )
 from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
-from . import _redis_scripts as lua
 from ._common import (
     Closing,
     LeaseForwarding,
@@ -87,14 +74,14 @@ from ._common import (
     check_older_than,
     check_owner,
     check_ttl,
+    commit_token,
     fence_token_of,
-    lease_lost,
     overlay,
-    release_needs_fence,
     resolved_at,
     validate_session_id,
 )
 from ._lease import owner_is_dead, poll_until
+from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms, op_token
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -107,213 +94,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = 2
-"""The key layout this release writes (the ``<prefix>layout`` key)."""
-
-CONNECT_TIMEOUT_S = 5.0
-SOCKET_TIMEOUT_S = 10.0
 _BATCH = 500
-
-_T = TypeVar("_T")
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
-
-
-def _str(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _address(client: redis.Redis) -> tuple[str, str | None]:
-    """``redis://host:port/db`` (never the password), and the password to scrub."""
-    pool = client.connection_pool
-    kw = pool.connection_kwargs
-    db = kw.get("db", 0)
-    if kw.get("path"):
-        address = f"unix://{kw['path']}?db={db}"
-    else:
-        scheme = "rediss" if "SSL" in pool.connection_class.__name__ else "redis"
-        address = f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{db}"
-    password = kw.get("password")
-    return address, password if isinstance(password, str) and password else None
-
-
-class _Conn:
-    """The client, its address, the key prefix and the scripts. Thread-safe: ``lock``
-    guards ``closed`` and ``layout_checked``."""
-
-    def __init__(self, url_or_client: str | redis.Redis, prefix: str) -> None:
-        if not isinstance(prefix, str):
-            raise ConfigError(f"prefix must be a str, got {type(prefix).__name__}")
-        if isinstance(url_or_client, str):
-            try:
-                self.client = redis.Redis.from_url(
-                    url_or_client,
-                    socket_connect_timeout=CONNECT_TIMEOUT_S,
-                    socket_timeout=SOCKET_TIMEOUT_S,
-                    retry=Retry(ExponentialBackoff(cap=0.25, base=0.01), 3),
-                    health_check_interval=30,
-                )
-            except ValueError as exc:
-                raise ConfigError(
-                    f"not a Redis URL: {exc} (use redis://[[user]:password@]host:port/db, "
-                    "rediss://… or unix://…)"
-                ) from exc
-            self.owns_client = True
-        elif isinstance(url_or_client, redis.Redis):
-            self.client = url_or_client
-            self.owns_client = False
-        else:
-            raise ConfigError(
-                "RedisStore needs a Redis URL or a redis.Redis client, got "
-                f"{type(url_or_client).__name__}"
-            )
-        self.address, self._password = _address(self.client)
-        self.prefix = prefix
-        self.lock = threading.Lock()
-        self.closed = False
-        self.layout_checked = False
-        reg = self.client.register_script
-        self.save_script = reg(lua.SAVE)
-        self.append_script = reg(lua.APPEND)
-        self.revision_script = reg(lua.REVISION)
-        self.ids_script = reg(lua.IDS)
-        self.acquire_script = reg(lua.ACQUIRE)
-        self.take_over_script = reg(lua.TAKE_OVER)
-        self.renew_script = reg(lua.RENEW)
-        self.release_script = reg(lua.RELEASE)
-        self.resolve_script = reg(lua.RESOLVE)
-        self.checkpoint_save_script = reg(lua.CHECKPOINT_SAVE)
-        self.checkpoint_delete_script = reg(lua.CHECKPOINT_DELETE)
-        self.approval_create_script = reg(lua.APPROVAL_CREATE)
-        self.prune_sessions_script = reg(lua.PRUNE_SESSIONS)
-        self.prune_checkpoints_script = reg(lua.PRUNE_CHECKPOINTS)
-        self.prune_approvals_script = reg(lua.PRUNE_APPROVALS)
-        self.layout_script = reg(lua.LAYOUT)
-
-    def key(self, *parts: str) -> str:
-        """The Redis key ``<prefix><parts joined>``."""
-        return self.prefix + "".join(parts)
-
-    def fence_key(self, fence: Fence | None) -> str:
-        """The key of ``fence``'s session token (a placeholder for an unfenced write)."""
-        return self.key("fence:", "" if fence is None else fence.session_id)
-
-    def check_fenced(self, out: Any, fence: Fence | None) -> Any:
-        """``out``, the reply of a fenced script; LeaseLostError when it was refused."""
-        if out[0] == -1 and fence is not None:
-            raise lease_lost(
-                fence.session_id,
-                int(out[1]),
-                fence.token,
-                f"in the Redis store at {self.address}",
-                address=self.address,
-            )
-        return out
-
-    def run(self, what: str, fn: Callable[[redis.Redis], _T], session_id: str | None = None) -> _T:
-        """Call ``fn(client)``; translate redis-py errors into StoreErrors."""
-        with self.lock:
-            if self.closed:
-                raise StoreClosedError(
-                    f"the Redis store at {self.address} is closed: open a new RedisStore",
-                    address=self.address,
-                    session_id=session_id,
-                )
-            check = not self.layout_checked
-        try:
-            if check:
-                self._check_layout()
-            return fn(self.client)
-        except redis_errors.RedisError as exc:
-            raise self.translate(exc, what, session_id) from exc
-
-    def _check_layout(self) -> None:
-        stored = self.layout_script(keys=[self.key("layout")], args=[LAYOUT_VERSION])
-        text = _str(stored)
-        if not text.isdigit():
-            raise StoreCorruptError(
-                f"the Redis store at {self.address} has {text!r} in {self.key('layout')!r}, "
-                "not a layout version: choose another prefix",
-                address=self.address,
-            )
-        if int(text) > LAYOUT_VERSION:
-            raise StoreTooNewError(
-                f"the Redis store at {self.address} (prefix {self.prefix!r}) has layout "
-                f"version {text}, written by a newer lousho; this release reads up to version "
-                f"{LAYOUT_VERSION}: upgrade lousho",
-                address=self.address,
-            )
-        with self.lock:
-            self.layout_checked = True
-
-    def translate(
-        self, exc: redis_errors.RedisError, what: str, session_id: str | None = None
-    ) -> StoreError:
-        """The lousho error for a redis-py error (the caller chains it)."""
-        detail = str(exc)
-        if self._password:
-            detail = detail.replace(self._password, "***")
-        text = f"could not {what} in the Redis store at {self.address}: {detail}"
-        kw: dict[str, Any] = {"address": self.address, "session_id": session_id}
-        if isinstance(
-            exc,
-            redis_errors.ConnectionError | redis_errors.TimeoutError | redis_errors.ReadOnlyError,
-        ):
-            return StoreUnavailableError(f"{text} (is the server running and reachable?)", **kw)
-        if isinstance(exc, redis_errors.ResponseError) and "WRONGTYPE" in detail:
-            return StoreCorruptError(
-                f"{text} (a key under the prefix {self.prefix!r} holds another kind of value; "
-                "it was left as it was: choose another prefix)",
-                **kw,
-            )
-        if isinstance(exc, redis_errors.OutOfMemoryError):
-            return StoreUnavailableError(f"{text} (the server is out of memory)", **kw)
-        return StoreError(text, **kw)
-
-    def corrupt(
-        self, exc: Exception, what: str, session_id: str | None = None
-    ) -> StoreCorruptError:
-        """A StoreCorruptError naming the key and address, for a codec error about ``what``."""
-        return StoreCorruptError(
-            f"{what} in the Redis store at {self.address} cannot be read (it was left as it "
-            f"was): {exc}",
-            address=self.address,
-            session_id=session_id,
-        )
-
-    def close(self) -> None:
-        """Mark closed; close the client when this store made it (idempotent)."""
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-        if self.owns_client:
-            self.client.close()
-
-
-class _Tokens:
-    """One-off tokens: a random per-process base (renewed in a forked child) + a counter."""
-
-    def __init__(self) -> None:
-        self.renew()
-        os.register_at_fork(after_in_child=self.renew)
-
-    def renew(self) -> None:
-        self.base = uuid.uuid4().hex
-        self.counter = itertools.count()
-
-    def __call__(self) -> str:
-        return f"{self.base}-{next(self.counter)}"
-
-
-_token = _Tokens()
-
-
-def _text(value: object) -> str:
-    """A stored value as str; UnicodeDecodeError (a ValueError) for bad bytes."""
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class RedisSessionStore:
@@ -326,9 +107,9 @@ class RedisSessionStore:
 
     fenced = True
 
-    def __init__(self, conn: _Conn, ttl_s: float | None, combined: RedisStore) -> None:
+    def __init__(self, conn: Conn, ttl_s: float | None, combined: RedisStore) -> None:
         self._c = conn
-        self._ttl_ms = 0 if ttl_s is None else _ms(ttl_s)
+        self._ttl_ms = 0 if ttl_s is None else ms(ttl_s)
         self.combined = combined
 
     def _keys(self, id: str) -> list[str]:
@@ -350,7 +131,7 @@ class RedisSessionStore:
         out = []
         for i, value in enumerate(raw):
             try:
-                out.append(loads_message(_text(value)))
+                out.append(loads_message(decoded(value)))
             except (StoreCorruptError, ValueError) as exc:
                 raise self._c.corrupt(exc, f"message {i} of session {id!r} ({key!r})", id) from exc
         return out
@@ -418,7 +199,7 @@ class RedisSessionStore:
             self._ttl_ms,
             id,
             expected_length,
-            _token(),
+            op_token(),
             "0" if checkpoint_key is None else "1",
             cp,
             "1" if release else "0",
@@ -453,9 +234,9 @@ class RedisSessionStore:
         def check(r: redis.Redis) -> list[str]:
             out: list[str] = []
             for start in range(0, len(members), _BATCH):
-                batch = [_str(m) for m in members[start : start + _BATCH]]
+                batch = [as_str(m) for m in members[start : start + _BATCH]]
                 keys = [index] + [self._c.key("session:", id) for id in batch]
-                out.extend(_str(m) for m in self._c.ids_script(keys, batch, r))
+                out.extend(as_str(m) for m in self._c.ids_script(keys, batch, r))
             return out
 
         return sorted(self._c.run("list sessions", check))
@@ -485,16 +266,16 @@ class RedisSessionStore:
     def _try_acquire(self, id: str, owner: str, ttl_s: float) -> int:
         keys = [self._c.key("lease:", id), self._c.key("fence:", id)]
         out = self._c.run(
-            "acquire a lease", lambda r: self._c.acquire_script(keys, [owner, _ms(ttl_s)], r), id
+            "acquire a lease", lambda r: self._c.acquire_script(keys, [owner, ms(ttl_s)], r), id
         )
         if out[0] == 1:
             return int(out[1])
-        holder = _str(out[1])
+        holder = as_str(out[1])
         if not holder or not owner_is_dead(holder):
             return 0
         token = self._c.run(
             "take over a lease",
-            lambda r: self._c.take_over_script(keys, [holder, owner, _ms(ttl_s)], r),
+            lambda r: self._c.take_over_script(keys, [holder, owner, ms(ttl_s)], r),
             id,
         )
         if token:
@@ -508,7 +289,7 @@ class RedisSessionStore:
         check_ttl(ttl_s)
         key = [self._c.key("lease:", id)]
         done = self._c.run(
-            "renew a lease", lambda r: self._c.renew_script(key, [owner, _ms(ttl_s)], r), id
+            "renew a lease", lambda r: self._c.renew_script(key, [owner, ms(ttl_s)], r), id
         )
         return bool(done == 1)
 
@@ -534,7 +315,7 @@ class RedisCheckpointStore:
 
     fenced = True
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(self, conn: Conn) -> None:
         self._c = conn
 
     def load(self, key: str) -> Checkpoint | None:
@@ -544,7 +325,7 @@ class RedisCheckpointStore:
         if value is None:
             return None
         try:
-            return loads_checkpoint(_text(value))
+            return loads_checkpoint(decoded(value))
         except (StoreCorruptError, ValueError) as exc:
             raise self._c.corrupt(exc, f"checkpoint {key!r} ({rkey!r})") from exc
 
@@ -595,7 +376,7 @@ class RedisCheckpointStore:
             low, high = b"-", b"+"
         index = self._c.key("checkpoint-keys")
         found = self._c.run("list checkpoints", lambda r: r.zrangebylex(index, low, high))
-        return [_str(k) for k in found]
+        return [as_str(k) for k in found]
 
 
 class RedisApprovalStore:
@@ -605,7 +386,7 @@ class RedisApprovalStore:
 
     fenced = True
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(self, conn: Conn) -> None:
         self._c = conn
 
     def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
@@ -662,14 +443,14 @@ class RedisApprovalStore:
             reason or "",
             repr(resolved_at),
             id,
-            _token(),
+            op_token(),
         ]
         out = self._c.run("resolve an approval", lambda r: self._c.resolve_script(keys, args, r))
         if out[0] == 0:
             raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
         if out[0] == 2:
             raise ApprovalAlreadyResolvedError(
-                f"approval {id!r} was already {_str(out[1])}", approval_id=id
+                f"approval {id!r} was already {as_str(out[1])}", approval_id=id
             )
         return self._record(id, (out[1], status, reason, resolved_at))
 
@@ -682,7 +463,7 @@ class RedisApprovalStore:
             with r.pipeline(transaction=False) as p:
                 for m in ids:
                     p.hmget(
-                        self._c.key("approval:", _str(m)),
+                        self._c.key("approval:", as_str(m)),
                         ["json", "status", "reason", "resolved_at"],
                     )
                 return ids, p.execute()
@@ -690,20 +471,20 @@ class RedisApprovalStore:
         ids, rows = self._c.run("list approvals", read)
         out = []
         for m, row in zip(ids, rows, strict=True):
-            if row[0] is None or _str(row[1]) != "pending":
+            if row[0] is None or as_str(row[1]) != "pending":
                 continue  # resolved or deleted between the two reads
-            record = self._record(_str(m), row)
+            record = self._record(as_str(m), row)
             if session_id is None or record.session_id == session_id:
                 out.append(record)
         return out
 
     def _record(self, id: str, row: Sequence[Any]) -> ApprovalRecord:
-        text, status, reason, resolved = row
+        raw, status, reason, resolved = row
         try:
-            record = loads_approval(_text(text))
-            status = _text(status)
-            reason = None if reason is None else _text(reason)
-            resolved = None if resolved is None else float(_text(resolved))
+            record = loads_approval(decoded(raw))
+            status = decoded(status)
+            reason = None if reason is None else decoded(reason)
+            resolved = None if resolved is None else float(decoded(resolved))
         except (StoreCorruptError, ValueError) as exc:
             raise self._c.corrupt(exc, f"approval {id!r}") from exc
         if status not in ("pending", "approved", "denied"):
@@ -734,7 +515,7 @@ class RedisStore(LeaseForwarding, Closing):
     ) -> None:
         if ttl_s is not None and not ttl_s > 0:
             raise ConfigError(f"ttl_s must be None or > 0 seconds, got {ttl_s!r}")
-        self._c = _Conn(url_or_client, prefix)
+        self._c = Conn(url_or_client, prefix)
         self.ttl_s = ttl_s
         self.sessions = RedisSessionStore(self._c, ttl_s, self)
         self.checkpoints = RedisCheckpointStore(self._c)
@@ -767,9 +548,7 @@ class RedisStore(LeaseForwarding, Closing):
         held under ``fence.token`` (only if that token still holds it). Nothing is written
         when it raises. Returns the new ``sessions.revision(id)``.
         """
-        validate_session_id(id)
-        if release and fence is None:
-            raise release_needs_fence(id)
+        commit_token(id, fence, release)
         return self.sessions.commit(id, messages, expected_length, checkpoint_key, fence, release)
 
     def prune(self, older_than_s: float) -> PruneResult:
@@ -817,7 +596,7 @@ class RedisStore(LeaseForwarding, Closing):
     ) -> int:
         index = self._c.key(index_name)
         old = self._c.run("prune", lambda r: r.zrangebyscore(index, "-inf", f"({cutoff!r}"))
-        members = [_str(m) for m in old]
+        members = [as_str(m) for m in old]
 
         def remove(r: redis.Redis) -> int:
             removed = 0

@@ -72,9 +72,9 @@ from ._common import (
     check_older_than,
     check_owner,
     check_ttl,
+    commit_token,
     fence_token_of,
     overlay,
-    release_needs_fence,
     resolved_at,
     validate_session_id,
 )
@@ -568,10 +568,7 @@ class SqliteStore(LeaseForwarding, Closing):
         held under ``fence.token`` (only if that token still holds it). Nothing is written
         when it raises. Returns the new ``sessions.revision(id)``.
         """
-        validate_session_id(id)
-        token = fence_token_of(fence, id)
-        if release and not token:
-            raise release_needs_fence(id)
+        token = commit_token(id, fence, release)
         texts = [dumps_message(m) for m in messages]
         sessions = self.sessions
 
