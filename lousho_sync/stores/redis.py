@@ -329,18 +329,21 @@ class RedisCheckpointStore:
         except (StoreCorruptError, ValueError) as exc:
             raise self._c.corrupt(exc, f"checkpoint {key!r} ({rkey!r})") from exc
 
-    def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
-        """Write (replace) the checkpoint with its index entries (one script). With
-        ``fence``, LeaseLostError (nothing written) when a newer lease token exists for the
-        fence's session."""
-        token = fence_token_of(fence, checkpoint.session_id)
+    def _keys(self, key: str, fence: Fence | None) -> list[str]:
         c = self._c
-        keys = [
+        return [
             c.key("checkpoint:", key),
             c.key("checkpoints"),
             c.key("checkpoint-keys"),
             c.fence_key(fence),
         ]
+
+    def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
+        """Write (replace) the checkpoint with its index entries (one script). With
+        ``fence``, LeaseLostError (nothing written) when a newer lease token exists for the
+        fence's session."""
+        token = fence_token_of(fence, checkpoint.session_id)
+        c, keys = self._c, self._keys(key, fence)
         args: list[Any] = [dumps_checkpoint(checkpoint), repr(time.time()), key, token]
         out = c.run(
             "save a checkpoint",
@@ -353,13 +356,7 @@ class RedisCheckpointStore:
         """Delete the checkpoint (no error when absent). With ``fence``, LeaseLostError
         (nothing deleted) when a newer lease token exists for the fence's session."""
         token = fence_token_of(fence, None)
-        c = self._c
-        keys = [
-            c.key("checkpoint:", key),
-            c.key("checkpoints"),
-            c.key("checkpoint-keys"),
-            c.fence_key(fence),
-        ]
+        c, keys = self._c, self._keys(key, fence)
         out = c.run(
             "delete a checkpoint",
             lambda r: c.checkpoint_delete_script(keys, [key, token], r),
@@ -541,13 +538,9 @@ class RedisStore(LeaseForwarding, Closing):
         fence: Fence | None = None,
         release: bool = False,
     ) -> object:
-        """Commit a finished turn in ONE script (one round trip): refuse it when a lease
-        token newer than ``fence`` exists (LeaseLostError), check the length
-        (StoreConflictError, as ``sessions.append``), append ``messages``, delete the
-        checkpoint ``checkpoint_key`` (if given) and, when ``release``, release the lease
-        held under ``fence.token`` (only if that token still holds it). Nothing is written
-        when it raises. Returns the new ``sessions.revision(id)``.
-        """
+        """:meth:`~lousho_sync.stores.base.TurnCommitter.commit_turn` in ONE script (one
+        round trip): fence check, length check, append, checkpoint delete, lease release.
+        Nothing is written when it raises. Returns the new ``sessions.revision(id)``."""
         commit_token(id, fence, release)
         return self.sessions.commit(id, messages, expected_length, checkpoint_key, fence, release)
 

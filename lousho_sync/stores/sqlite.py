@@ -561,13 +561,9 @@ class SqliteStore(LeaseForwarding, Closing):
         fence: Fence | None = None,
         release: bool = False,
     ) -> object:
-        """Commit a finished turn in ONE transaction (one sync): refuse it when a lease
-        token newer than ``fence`` exists (LeaseLostError), check the length
-        (StoreConflictError, as ``sessions.append``), append ``messages``, delete the
-        checkpoint ``checkpoint_key`` (if given) and, when ``release``, release the lease
-        held under ``fence.token`` (only if that token still holds it). Nothing is written
-        when it raises. Returns the new ``sessions.revision(id)``.
-        """
+        """:meth:`~lousho_sync.stores.base.TurnCommitter.commit_turn` in ONE transaction
+        (one sync): fence check, length check, append, checkpoint delete, lease release.
+        Nothing is written when it raises. Returns the new ``sessions.revision(id)``."""
         token = commit_token(id, fence, release)
         texts = [dumps_message(m) for m in messages]
         sessions = self.sessions
