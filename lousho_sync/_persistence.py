@@ -10,9 +10,10 @@ from typing import Any
 
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState
-from ._writes import TurnWriter, fenced
+from ._writes import TurnWriter
 from .errors import StoreConflictError
 from .messages import Message
+from .stores.base import Appendable, TurnCommitter, supports_fencing
 
 __all__ = ["commit_turn"]
 
@@ -27,7 +28,7 @@ def commit_turn(
     *,
     writer: TurnWriter,
     key: str | None,
-    committer: Any,
+    committer: TurnCommitter | None,
     hold: LeaseHold | None,
     release: bool,
 ) -> None:
@@ -37,7 +38,7 @@ def commit_turn(
     ``commit_turn`` does both at once (None to do them one after the other). With
     ``release`` the commit also gives the lease up (the caller's last write under it).
     """
-    store: Any = st.store
+    store = st.store
     history = st.messages
     fence = hold.fence() if hold is not None else None
     if committer is not None and writer.durable:
@@ -50,8 +51,8 @@ def commit_turn(
                 hold.released_by_commit()
             st.extend(history, new, revision)
             return
-    kw = {"fence": fence} if fence is not None and fenced(store) else {}
-    if hasattr(store, "append"):
+    kw = {"fence": fence} if fence is not None and supports_fencing(store) else {}
+    if isinstance(store, Appendable):
         try:
             store.append(st.id, new, expected_length=len(history), **kw)
         except StoreConflictError as exc:
@@ -68,10 +69,10 @@ def commit_turn(
 
 
 def _append_after_conflict(
-    st: SessionState, store: Any, new: tuple[Message, ...], kw: dict[str, Any]
+    st: SessionState, store: Appendable, new: tuple[Message, ...], kw: dict[str, Any]
 ) -> list[Message]:
     for _ in range(_CONFLICT_RETRIES):
-        fresh = list(store.load(st.id) or [])
+        fresh = list(st.store.load(st.id) or [])
         try:
             store.append(st.id, new, expected_length=len(fresh), **kw)
         except StoreConflictError:

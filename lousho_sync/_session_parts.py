@@ -12,7 +12,7 @@ import attrs
 
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState
-from ._writes import TurnWriter, fenced
+from ._writes import TurnWriter
 from .compaction import (
     Compaction,
     TokenTally,
@@ -28,7 +28,13 @@ from .limits import Limits, exceeded_before_model_call
 from .messages import Message
 from .records import Checkpoint
 from .signal import Signal
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import (
+    ApprovalStore,
+    CheckpointStore,
+    SessionStore,
+    TurnCommitter,
+    supports_fencing,
+)
 from .turn_state import ApproveCallback, TurnConfig, TurnEnv
 from .turns import session_key, session_prefix
 
@@ -58,7 +64,7 @@ class SessionParts:
     sessions: SessionStore
     checkpoints: CheckpointStore | None
     approvals: ApprovalStore | None
-    committer: object
+    committer: TurnCommitter | None
     state: SessionState
     lease_ttl_s: float
 
@@ -116,12 +122,12 @@ class SessionParts:
         otherwise take a leftover ``<id>.turn-<n>`` for its own."""
         st = self.state
         fence = hold.fence() if hold is not None else None
-        kw = {"fence": fence} if fence is not None and fenced(self.sessions) else {}
+        kw = {"fence": fence} if fence is not None and supports_fencing(self.sessions) else {}
         self.sessions.save(self.id, messages, **kw)
         for store in {id(s): s for s in (self.checkpoints, self.base.scratch) if s}.values():
             for key in store.keys(session_prefix(self.id)):
                 TurnWriter(store, None, hold).delete(key)
-        revision = self.sessions.revision(self.id) if st.has_revision else None  # type: ignore[attr-defined]
+        revision = st.revisioned.revision(self.id) if st.revisioned is not None else None
         st.replace(messages, revision)
 
     @contextlib.contextmanager

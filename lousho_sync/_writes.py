@@ -7,14 +7,9 @@ from typing import Any
 
 from ._lease_hold import LeaseHold
 from .records import ApprovalRecord, Checkpoint
-from .stores.base import ApprovalStore, CheckpointStore
+from .stores.base import ApprovalStore, CheckpointStore, supports_fencing
 
 __all__ = ["TurnWriter"]
-
-
-def fenced(part: object) -> bool:
-    """Whether a store part takes ``fence=`` on its writes."""
-    return getattr(part, "fenced", False) is True
 
 
 class TurnWriter:
@@ -45,7 +40,7 @@ class TurnWriter:
         if self.hold is None:
             return {}
         fence = self.hold.fence()
-        return {"fence": fence} if fence is not None and fenced(part) else {}
+        return {"fence": fence} if fence is not None and supports_fencing(part) else {}
 
     def save(self, checkpoint: Checkpoint) -> None:
         """Write ``checkpoint`` under its key."""

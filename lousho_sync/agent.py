@@ -25,7 +25,13 @@ from .results import ExecutionResult
 from .run import AgentRun
 from .session import Session, TurnPolicy
 from .signal import Signal
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import (
+    ApprovalStore,
+    CheckpointStore,
+    SessionStore,
+    TurnCommitter,
+    turn_committer,
+)
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
 from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
@@ -222,8 +228,7 @@ class Agent:
             sessions=sessions,
             checkpoints=checkpoints,
             approvals=s_approvals or self.approval_store,
-            committer=_committer(store if s_sessions is not None else self._store,
-                                 sessions, checkpoints),
+            committer=_committer(sessions, checkpoints),
             turn_policy=turn_policy,
             limits=limits,
             **kwargs,
@@ -303,12 +308,12 @@ class Agent:
         return f"<Agent provider={type(self.provider).__name__} tools={list(self.tools)}>"
 
 
-def _committer(store: object, sessions: object, checkpoints: object) -> object:
-    """``store`` when it commits turns itself and both parts in use are its own."""
-    if (store is not None and hasattr(store, "commit_turn")
-            and getattr(store, "sessions", None) is sessions
-            and getattr(store, "checkpoints", None) is checkpoints):
-        return store
+def _committer(sessions: object, checkpoints: object) -> TurnCommitter | None:
+    """The combined store that commits turns of ``sessions`` in one transaction, when the
+    checkpoints in use are its own too."""
+    committer = turn_committer(sessions)
+    if committer is not None and committer.checkpoints is checkpoints:
+        return committer
     return None
 
 

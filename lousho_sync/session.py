@@ -39,7 +39,7 @@ from .messages import Message, Usage
 from .results import ExecutionResult, PendingTurn
 from .run import AgentRun
 from .signal import Signal, link
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback, TurnState
 from .turns import drive, play, resumed_turn, session_key
 
@@ -71,7 +71,7 @@ class Session:
         sessions: SessionStore,
         checkpoints: CheckpointStore | None,
         approvals: ApprovalStore | None,
-        committer: object = None,
+        committer: TurnCommitter | None = None,
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,

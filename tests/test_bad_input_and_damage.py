@@ -69,7 +69,7 @@ def test_an_unreadable_pending_turn_says_how_to_remove_it_and_can_be(
     session = create_agent(provider=ScriptedProvider(default="ok"), tools=[ping],
                            store=SqliteStore(db)).session(id="s")
     for call in (lambda: session.send("hi"), session.pending):
-        with pytest.raises(StoreCorruptError, match="discard_pending\\(\\) or session.clear"):
+        with pytest.raises(StoreCorruptError, match=r"discard_pending\(\) or session\.clear"):
             call()
     getattr(session, way_out)()
     assert session.pending() is None
