@@ -9,6 +9,7 @@ from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .compaction import Compaction
 from .errors import ConfigError
 from .events import RunEvent
 from .executor import ApproveCallback, TurnConfig, TurnControl, TurnState, run_turn
@@ -21,6 +22,7 @@ from .run import AgentRun
 from .session import Session, TurnPolicy, _drive, new_session_id, validate_session_id
 from .signal import Signal
 from .stores.base import ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore
+from .stores.bundle import AnyStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
 
@@ -59,11 +61,11 @@ class Agent:
         provider: Provider,
         instructions: str | None = None,
         tools: Iterable[Tool] = (),
-        store: object = None,
+        store: AnyStore | None = None,
         approval_store: ApprovalStore | None = None,
         limits: Limits | None = None,
         prices: Mapping[str, Price] | None = None,
-        compaction: Any = None,
+        compaction: Compaction | None = None,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.provider = provider
@@ -80,6 +82,8 @@ class Agent:
             self.tools[t.name] = t
         self.limits = limits
         self.prices = dict(prices) if prices else None
+        if compaction is not None and not isinstance(compaction, Compaction):
+            raise ConfigError(f"compaction must be a Compaction or None, got {compaction!r}")
         self.compaction = compaction
         self.settings: Mapping[str, Any] = dict(settings or {})
         sessions, checkpoints, approvals = _parts(store)
@@ -225,7 +229,7 @@ class Agent:
         self,
         id: str | None = None,
         *,
-        store: object = None,
+        store: AnyStore | None = None,
         checkpoint_store: CheckpointStore | None = None,
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
@@ -339,12 +343,12 @@ def create_agent(
     provider: Provider | None = None,
     model: str | None = None,
     tools: Iterable[Tool] = (),
-    store: object = None,
+    store: AnyStore | None = None,
     approval_store: ApprovalStore | None = None,
     limits: Limits | None = None,
     prices: Mapping[str, Price] | None = None,
     project_instructions: bool | str | Path = False,
-    compaction: Any = None,
+    compaction: Compaction | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> Agent:
     """Build an :class:`Agent`. Give a ``provider`` object or a ``model`` string

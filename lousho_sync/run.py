@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import cast
 
-from .events import RunDone, RunEvent, RunFailed
+from .events import Event, RunDone, RunEvent, RunFailed
 from .executor import QUIET, TurnControl
 from .inputs import InputLike, to_messages
 from .results import ExecutionResult
@@ -27,6 +27,7 @@ __all__ = ["AgentRun"]
 _log = logging.getLogger(__name__)
 
 Driver = Generator[RunEvent, None, ExecutionResult]
+_Events = Generator[Event, None, ExecutionResult]  # every RunEvent the executor yields is one
 
 
 class AgentRun:
@@ -43,13 +44,13 @@ class AgentRun:
         *,
         on_discard: Callable[[], None] | None = None,
     ) -> None:
-        self._driver = driver
+        self._driver = cast(_Events, driver)
         self._control = control
         self._on_discard = on_discard
         self._lock = threading.Lock()
         self._drive_lock = threading.Lock()
         self._done = Latch()
-        self._pending: deque[RunEvent] = deque()
+        self._pending: deque[Event] = deque()
         self._result: ExecutionResult | None = None
         self._error: BaseException | None = None
         self._started = False
@@ -69,7 +70,7 @@ class AgentRun:
         return self._done.is_set()
 
     # --- driving ------------------------------------------------------------------------
-    def _pull(self) -> RunEvent | None:
+    def _pull(self) -> Event | None:
         """Next event, or None when the run is over. Caller holds ``_drive_lock``."""
         if self._pending:
             return self._pending.popleft()
@@ -83,7 +84,7 @@ class AgentRun:
             self._result = result
             if self._control.quiet:
                 self._finish()
-                return cast(RunEvent, QUIET)
+                return cast(Event, QUIET)
             done = RunDone(
                 run_id=self.run_id,
                 seq=self._control.next_seq(),
@@ -116,14 +117,14 @@ class AgentRun:
                 pass
 
     # --- iteration -------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[RunEvent]:
+    def __iter__(self) -> Iterator[Event]:
         with self._lock:
             if self._iterating_thread is not None:
                 raise RuntimeError("an AgentRun can be iterated only once")
             self._iterating_thread = threading.get_ident()
         return self._events()
 
-    def _events(self) -> Generator[RunEvent, None, None]:
+    def _events(self) -> Generator[Event, None, None]:
         complete = False
         try:
             while True:

@@ -26,7 +26,7 @@ from .errors import (
     SessionBusyError,
     StoreConflictError,
 )
-from .events import ContextCleared, RunEvent, SessionEvent
+from .events import ContextCleared, ListenerEvent, RunEvent
 from .executor import ApproveCallback, TurnConfig, TurnControl, TurnState, run_turn
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
@@ -171,7 +171,7 @@ class Session:
         self.limits = limits
         self._lease_ttl_s = lease_ttl_s
         self._state = _state_for(sessions, id)
-        self._listeners: list[Callable[[SessionEvent], object]] = []
+        self._listeners: list[Callable[[ListenerEvent], object]] = []
         self._event_seq = itertools.count()
 
     # --- plain members ---------------------------------------------------------------------
@@ -204,7 +204,7 @@ class Session:
         with st.lock:
             return tuple(st.messages)
 
-    def on(self, listener: Callable[[SessionEvent], object]) -> Callable[[], None]:
+    def on(self, listener: Callable[[ListenerEvent], object]) -> Callable[[], None]:
         """Listen for ``compaction.start``, ``compaction.done`` and ``context.cleared``;
         returns a function that removes the listener."""
         self._listeners.append(listener)
@@ -215,7 +215,7 @@ class Session:
 
         return remove
 
-    def _emit(self, cls: Callable[..., SessionEvent], **fields: Any) -> None:
+    def _emit(self, cls: Callable[..., ListenerEvent], **fields: Any) -> None:
         event = cls(session_id=self._id, seq=next(self._event_seq), **fields)
         for listener in list(self._listeners):
             try:
