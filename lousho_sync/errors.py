@@ -27,6 +27,8 @@ Codes (``.code``) are stable public API.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AbortedError",
     "ApprovalAlreadyResolvedError",
@@ -50,10 +52,26 @@ __all__ = [
 ]
 
 
+def _restore(cls: type[BaseException], args: tuple[object, ...], fields: dict[str, object]) -> Any:
+    """Unpickle an error without calling its ``__init__`` (whose keyword-only arguments
+    pickle cannot pass)."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
+
 class LoushoError(Exception):
-    """Root of every lousho error; ``code`` is a stable string."""
+    """Root of every lousho error; ``code`` is a stable string.
+
+    Every lousho error pickles (and ``copy.deepcopy``-s) with its message, ``code`` and
+    fields, so it can cross a process boundary (``multiprocessing``, Celery).
+    """
 
     code: str = "LOUSHO_ERROR"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
 
 
 class InvalidInputError(LoushoError, TypeError):

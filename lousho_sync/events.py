@@ -128,12 +128,21 @@ class UsageEvent(RunEvent):
     total: Usage
 
 
+def _same_error(a: BaseException, b: BaseException) -> bool:
+    # Exceptions compare by identity; one that crossed a process (pickle) is a copy.
+    if a is b:
+        return True
+    same_fields = getattr(a, "__dict__", None) == getattr(b, "__dict__", None)
+    return type(a) is type(b) and a.args == b.args and same_fields
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class RunFailed(RunEvent):
-    """The run failed with ``error``; ``run.done`` follows."""
+    """The run failed with ``error``; ``run.done`` follows. Two are equal when their errors
+    have the same type, arguments and fields (as after a pickle round trip)."""
 
     type: ClassVar[Literal["error"]] = "error"
-    error: BaseException
+    error: BaseException = attrs.field(eq=attrs.cmp_using(eq=_same_error), hash=False)
 
 
 @attrs.frozen(slots=True, kw_only=True)
