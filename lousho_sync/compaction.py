@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import _otel
 from .errors import (
     LoushoError,
     ProviderError,
@@ -162,7 +163,8 @@ def compact_held(
         return False
     older, kept = messages[:cut], messages[cut:]
     session._emit(CompactionStart, messages_before=before)
-    summary = _summarise(session, older, instructions, signal)
+    with _otel.compaction(session.id, before):  # tracing (issue 18)
+        summary = _summarise(session, older, instructions, signal)
     new = [summary, *kept]
     _drop_stale_checkpoints(session)
     session.store.save(session.id, new)

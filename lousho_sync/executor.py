@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from . import _loop
+from . import _loop, _otel
+from ._turnlog import LoggedHooks
 from .errors import AbortedError, LoushoError, ProviderError
 from .events import (
     ApprovalRequested,
@@ -172,6 +173,7 @@ class TurnControl:
         self.taken: list[object] = []
         """Tokens of joined inputs the turn took (applied or kept in its checkpoint)."""
         self._tokens: list[tuple[object, int]] = []
+        self.otel: _otel.Hooks = _otel.OFF  # tracing hooks (issue 18); set by run_turn
 
     # --- events -------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -299,7 +301,8 @@ def _save(cfg: TurnConfig, state: TurnState, ctl: TurnControl, status: str) -> N
     if not cfg.durable and status != "awaiting-approval":
         return
     if cfg.checkpoint_store is not None and state.key is not None:
-        cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
+        with ctl.otel.checkpoint(status):  # tracing (issue 18)
+            cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
 
 
 def run_turn(
@@ -315,6 +318,28 @@ def run_turn(
     Finished turns leave their checkpoint for the caller to delete once the turn is committed;
     aborted turns delete it; failed turns mark it ``interrupted`` and re-raise.
     """
+    # --- observability (issue 18): spans when a tracer provider is set, DEBUG records ----
+    trace = _otel.turn(cfg.provider, state.session_id, ctl.run_id)
+    logged = _log.isEnabledFor(logging.DEBUG)
+    if trace is None and not logged:
+        return (yield from _turn(cfg, ctl, state, history, resumed))
+    body = _turn(cfg, ctl, state, history, resumed)
+    if trace is not None:
+        ctl.otel = trace
+        body = trace.run(body)
+    if logged:
+        ctl.otel = hooks = LoggedHooks(ctl.otel, _log, state.session_id, ctl.run_id)
+        body = hooks.run(body)
+    return (yield from body)
+
+
+def _turn(
+    cfg: TurnConfig,
+    ctl: TurnControl,
+    state: TurnState,
+    history: Sequence[Message],
+    resumed: bool,
+) -> Generator[RunEvent, None, ExecutionResult]:
     ev = _Emit(ctl)
     if not resumed:
         _save(cfg, state, ctl, "running")  # the turn is durable before run.start
@@ -417,7 +442,9 @@ def _steps(
             ctl.close()
             return _result(state, ctl, "limit", exceeded=exceeded)
         yield from _apply_queued(cfg, ctl, state, ev)
-        response = yield from _model_call(cfg, ctl, state, history, used, ev)
+        response = yield from ctl.otel.model_call(  # tracing (issue 18)
+            _model_call(cfg, ctl, state, history, used, ev), used.steps + 1
+        )
         if response is None:  # steered: make the call again with the new input
             continue
         usage = cost_of(
@@ -567,7 +594,9 @@ def _run_calls(
         state.started.append(call.id)
         _save(cfg, state, ctl, "running")
         context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
-        text, is_error = run_tool(tool, call, context=context)
+        with ctl.otel.tool_call(call) as span:  # tracing (issue 18)
+            text, is_error = run_tool(tool, call, context=context)
+            span.tool_result(is_error, text)
         if ctl.signal.aborted:
             raise _Aborted
         used = used.add(tool_calls=1)

@@ -10,6 +10,7 @@ deliver Ctrl-C, the process is opened with ``OpenProcess`` and its exit code rea
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -18,6 +19,8 @@ import uuid
 from collections.abc import Callable
 
 __all__ = ["HOST", "make_owner", "owner_is_dead", "poll_until"]
+
+_log = logging.getLogger(__name__)
 
 HOST = socket.gethostname().replace(":", "_")
 
@@ -36,7 +39,11 @@ def owner_is_dead(owner: str) -> bool:
     pid = int(pid_text)
     if pid == os.getpid():
         return False
-    return not _pid_alive(pid)
+    if _pid_alive(pid):
+        return False
+    _log.debug("lease owner %s is dead (pid %d is gone): its lease may be taken over", owner,
+               pid)
+    return True
 
 
 def _posix_pid_alive(pid: int) -> bool:
