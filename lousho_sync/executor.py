@@ -301,8 +301,11 @@ def _save(cfg: TurnConfig, state: TurnState, ctl: TurnControl, status: str) -> N
     if not cfg.durable and status != "awaiting-approval":
         return
     if cfg.checkpoint_store is not None and state.key is not None:
-        with ctl.otel.checkpoint(status):  # tracing (issue 18)
+        if ctl.otel is _otel.OFF:
             cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
+        else:  # tracing or DEBUG logging (issue 18)
+            with ctl.otel.checkpoint(status):
+                cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
 
 
 def run_turn(
