@@ -263,3 +263,19 @@ def test_provider_names_follow_the_conventions() -> None:
 
     assert _otel.provider_name(OpenAIProvider.__new__(OpenAIProvider)) == "openai"
     assert _otel.provider_name(AnthropicProvider.__new__(AnthropicProvider)) == "anthropic"
+
+
+def test_debug_logging_and_tracing_together(
+    spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="lousho_sync"):
+        result = tool_turn_agent().session("both").send("add")
+    named = by_name(spans)
+    assert len(named["invoke_agent lousho"]) == 1 and len(named["execute_tool add"]) == 1
+    (inner,) = named["inside the tool"]
+    assert inner.parent is not None
+    assert inner.parent.span_id == named["execute_tool add"][0].context.span_id
+    logged = [r.getMessage() for r in caplog.records if r.name == "lousho_sync.executor"]
+    assert f"run {result.run_id}: tool add (call call-1) returned" in logged
