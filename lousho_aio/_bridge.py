@@ -40,7 +40,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from lousho_sync.errors import ConfigError
+from lousho_sync.errors import ConfigError, LoopClosedError
 from lousho_sync.signal import AbortController, Signal
 
 __all__ = [
@@ -235,7 +235,7 @@ def to_thread_callback(fn: Callable[..., Any]) -> Callable[..., Any]:
             except TimeoutError:
                 if loop.is_closed():
                     cf.cancel()
-                    raise RuntimeError(
+                    raise LoopClosedError(
                         f"the event loop running {fn!r} closed before it returned"
                     ) from None
 

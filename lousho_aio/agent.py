@@ -83,7 +83,7 @@ class AsyncAgent:
         return self._agent.settings
 
     @property
-    def checkpoint_store(self) -> CheckpointStore:
+    def checkpoint_store(self) -> CheckpointStore | None:
         """The agent's checkpoint store."""
         return self._agent.checkpoint_store
 

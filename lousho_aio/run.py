@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from lousho_sync.errors import RunConsumedError, RunTimeoutError
 from lousho_sync.events import Event
 from lousho_sync.inputs import InputLike
 from lousho_sync.results import ExecutionResult
@@ -48,7 +49,7 @@ class AsyncAgentRun:
 
     def __aiter__(self) -> AsyncIterator[Event]:
         if self._pump is not None or self._driver is not None:
-            raise RuntimeError(
+            raise RunConsumedError(
                 f"run {self.run_id} is already being read (iterate an AsyncAgentRun once, "
                 "before awaiting result())"
             )
@@ -74,7 +75,7 @@ class AsyncAgentRun:
             if not await _bridge.wait(
                 fut, timeout=timeout, on_cancel=lambda: self._run.abort("cancelled")
             ):
-                raise TimeoutError(f"run {self.run_id} did not finish within {timeout} s")
+                raise RunTimeoutError(f"run {self.run_id} did not finish within {timeout} s")
         return self._run.result(timeout=0)
 
     def abort(self, reason: object = None) -> None:

@@ -25,10 +25,13 @@ from .errors import (
     InvalidInputError,
     InvalidSessionIdError,
     LeaseLostError,
+    LoopClosedError,
     LoushoError,
     PropagatingToolError,
     ProviderError,
     RateLimitedError,
+    RunConsumedError,
+    RunTimeoutError,
     SessionAwaitingApprovalError,
     SessionBusyError,
     StoreClosedError,
@@ -58,7 +61,6 @@ from .events import (
     ToolResultEvent,
     UsageEvent,
 )
-from .executor import AgentExecutor
 from .limits import Limits, Price
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
 from .providers.anthropic import AnthropicProvider
@@ -102,6 +104,7 @@ from .stores.memory import (
     memory_store,
 )
 from .tools import Tool, ToolContext, tool
+from .turns import AgentExecutor
 
 __version__ = "0.1.0"
 
@@ -140,6 +143,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
+    "LoopClosedError",
     "Limits",
     "LocalStorageCheckpointStore",
     "LoushoError",
@@ -160,6 +164,8 @@ __all__ = [
     "ProviderError",
     "PruneResult",
     "RateLimitedError",
+    "RunConsumedError",
+    "RunTimeoutError",
     "RunDone",
     "RunEvent",
     "RunFailed",

@@ -193,9 +193,11 @@ class TurnTrace:
         )
         self._ctx = _trace.set_span_in_context(self._span)
 
-    def run(self, body: Generator[E, None, ExecutionResult]
+    def run(self, body: Generator[E, None, ExecutionResult], *,
+            aborted: type[BaseException] | None = None
             ) -> Generator[E, None, ExecutionResult]:
-        """Drive the turn ``body``, ending the turn's span with its outcome."""
+        """Drive the turn ``body``, ending the turn's span with its outcome; ``aborted`` is
+        the exception an aborted turn raises (not an error)."""
         span = self._span
         try:
             result = yield from body
@@ -204,8 +206,11 @@ class TurnTrace:
             span.end()
             raise
         except BaseException as exc:
-            span.set_attribute("lousho.finish_reason", "error")
-            _record_error(span, exc)
+            if aborted is not None and isinstance(exc, aborted):
+                span.set_attribute("lousho.finish_reason", "aborted")
+            else:
+                span.set_attribute("lousho.finish_reason", "error")
+                _record_error(span, exc)
             span.end()
             raise
         span.set_attribute("lousho.finish_reason", result.finish_reason)

@@ -61,9 +61,11 @@ class LoggedHooks:
         """One DEBUG record of this turn (``run <id>: `` prefixed, with the ids as extra)."""
         self._logger.debug("run %s: " + msg, self._run_id, *args, extra=self._extra)
 
-    def run(self, body: Generator[E, None, ExecutionResult]
+    def run(self, body: Generator[E, None, ExecutionResult], *,
+            aborted: type[BaseException] | None = None
             ) -> Generator[E, None, ExecutionResult]:
-        """Drive the turn ``body``, logging its start and its end."""
+        """Drive the turn ``body``, logging its start and its end (``aborted``: the exception
+        an aborted turn raises)."""
         session = self._extra["session_id"]
         self.debug("turn started (session %s)", session)
         try:
@@ -72,7 +74,10 @@ class LoggedHooks:
             self.debug("turn closed by its consumer")
             raise
         except BaseException as exc:
-            self.debug("turn failed: %s: %s", type(exc).__name__, exc)
+            if aborted is not None and isinstance(exc, aborted):
+                self.debug("turn aborted")
+            else:
+                self.debug("turn failed: %s: %s", type(exc).__name__, exc)
             raise
         self.debug("turn ended: %s after %d step(s), %d input / %d output tokens",
                    result.finish_reason, result.steps, result.usage.input_tokens,

@@ -9,6 +9,9 @@
     ├── SessionBusyError                       a turn is running (reject policy, clear, compact)
     ├── SessionAwaitingApprovalError           a turn waits on a human (.approval_id)
     ├── AbortedError                           a signal was aborted
+    ├── RunConsumedError (RuntimeError)        a run's events were already read
+    ├── RunTimeoutError (TimeoutError)         result(timeout=) ran out (the run goes on)
+    ├── LoopClosedError (RuntimeError)         an aio callback's event loop closed first
     ├── PropagatingToolError                   raised by a tool to end the turn
     ├── ProviderError                          the model provider failed (.status, .retryable)
     │   └── RateLimitedError                   429
@@ -37,10 +40,13 @@ __all__ = [
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
+    "LoopClosedError",
     "LoushoError",
     "PropagatingToolError",
     "ProviderError",
     "RateLimitedError",
+    "RunConsumedError",
+    "RunTimeoutError",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
     "StoreClosedError",
@@ -66,9 +72,14 @@ class LoushoError(Exception):
 
     Every lousho error pickles (and ``copy.deepcopy``-s) with its message, ``code`` and
     fields, so it can cross a process boundary (``multiprocessing``, Celery).
+
+    ``pending`` is set on errors raised by a session's ``send``/``stream``/``resume`` (and
+    a one-shot run's): True when a turn was kept and pends (finish it with ``resume()`` or
+    drop it with ``discard_pending()``), False when nothing was kept; None elsewhere.
     """
 
     code: str = "LOUSHO_ERROR"
+    pending: bool | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (type(self), self.args, dict(self.__dict__)))
@@ -110,6 +121,7 @@ class SessionAwaitingApprovalError(LoushoError):
     """A turn of the session is paused on an approval; resolve or discard it first."""
 
     code = "LOUSHO_SESSION_AWAITING_APPROVAL"
+    pending = True  # the turn waiting on the approval
 
     def __init__(
         self, message: str, *, approval_id: str | None, session_id: str | None = None
@@ -127,6 +139,24 @@ class AbortedError(LoushoError):
     def __init__(self, message: str = "aborted", *, reason: object = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class RunConsumedError(LoushoError, RuntimeError):
+    """An ``AgentRun`` was iterated after its events were read (or ``result()`` drove it)."""
+
+    code = "LOUSHO_RUN_CONSUMED"
+
+
+class RunTimeoutError(LoushoError, TimeoutError):
+    """``result(timeout=...)`` ran out before the run ended; the run goes on."""
+
+    code = "LOUSHO_TIMEOUT"
+
+
+class LoopClosedError(LoushoError, RuntimeError):
+    """``lousho_aio``: the event loop running an async callback closed before it returned."""
+
+    code = "LOUSHO_LOOP_CLOSED"
 
 
 class PropagatingToolError(LoushoError):

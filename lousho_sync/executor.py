@@ -1,17 +1,16 @@
 """The step loop: model call → tool calls → results → next model call, as a generator of
-events. It performs the I/O (provider, tools, checkpoints, approvals); the decisions it
-takes are in :mod:`lousho_sync._loop` and :mod:`lousho_sync.limits`.
+events. It performs the I/O of one turn's steps (provider, tools, checkpoint and approval
+writes through a :class:`~lousho_sync._writes.TurnWriter`); the decisions it takes are in
+:mod:`lousho_sync._loop` and :mod:`lousho_sync.limits`. How a turn starts, resumes and ends
+— and what becomes of its checkpoint — is :mod:`lousho_sync.turns`.
 
 One turn is driven by whoever pulls its events (``AgentRun`` iteration, ``result()`` or
-``send()``), so no thread is started per turn.
+``send()``), so no thread is started per turn; the caller says whether events are built.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
-import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,8 @@ import attrs
 
 from . import _loop, _otel
 from ._turnlog import LoggedHooks
+from ._writes import TurnWriter
+from .control import TurnControl, new_id
 from .errors import AbortedError, LoushoError, ProviderError
 from .events import (
     ApprovalRequested,
@@ -47,20 +48,27 @@ from .providers.base import (
 )
 from .records import ApprovalRecord, Checkpoint, now
 from .results import ExecutionResult
-from .signal import AbortController, Latch
-from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool, ToolContext, run_tool
 
-__all__ = ["AgentExecutor", "TurnConfig", "TurnControl", "TurnState", "run_turn"]
+__all__ = [
+    "ApproveCallback",
+    "TurnAborted",
+    "TurnConfig",
+    "TurnEnv",
+    "TurnState",
+    "cost_required",
+    "result_of",
+    "steps",
+]
 
 _log = logging.getLogger(__name__)
 
 ApproveCallback = Callable[[ApprovalRecord], bool]
 
 
-@attrs.define(slots=True, kw_only=True)
+@attrs.frozen(slots=True, kw_only=True)
 class TurnConfig:
-    """Everything a turn needs besides its state. Immutable in practice; built per turn."""
+    """What every turn of an agent shares: built once by the agent, never changed."""
 
     provider: Provider
     system: str | None = None
@@ -68,21 +76,27 @@ class TurnConfig:
     tool_specs: tuple[ToolSpec, ...] = ()
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     limits: Limits | None = None
+    prices: Mapping[str, Price] | None = None
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TurnEnv:
+    """What one turn adds to its agent's config: where it writes, how approvals are
+    decided, and the session budget it counts against."""
+
+    writer: TurnWriter
+    approve: ApproveCallback | None = None
     session_limits: Limits | None = None
     session_used: Counters = Counters()
-    prices: Mapping[str, Price] | None = None
-    checkpoint_store: CheckpointStore | None = None
-    approval_store: ApprovalStore | None = None
-    approve: ApproveCallback | None = None
     durable: bool = True
-    """False: write a checkpoint only to pause on an approval (one-shot runs without an id)."""
+    """False: write a checkpoint only to pause on an approval (runs nobody can resume)."""
 
-    @property
-    def cost_required(self) -> bool:
-        """Whether a cost limit is set (then every model call must have a known cost)."""
-        return (self.limits is not None and self.limits.max_cost_usd is not None) or (
-            self.session_limits is not None and self.session_limits.max_cost_usd is not None
-        )
+
+def cost_required(cfg: TurnConfig, env: TurnEnv) -> bool:
+    """Whether a cost limit is set (then every model call must have a known cost)."""
+    return (cfg.limits is not None and cfg.limits.max_cost_usd is not None) or (
+        env.session_limits is not None and env.session_limits.max_cost_usd is not None
+    )
 
 
 @attrs.define(slots=True, kw_only=True)
@@ -145,253 +159,84 @@ class TurnState:
         return Counters(steps, tools, self.usage)
 
 
-class TurnControl:
-    """The live side of a running turn, shared by the executor and its callers.
-
-    Thread-safe: ``_lock`` guards the queued input, the open/closed flag and the state of
-    the current model call; ``enqueue``/``steer``/``abort`` may be called from any thread.
-    """
-
-    def __init__(self, run_id: str | None = None) -> None:
-        self.run_id = run_id or new_id()
-        self.controller = AbortController()
-        self.signal = self.controller.signal
-        self._seq = itertools.count()
-        self.quiet = False
-        """Set when nobody will read the events (``send()``): they are not built."""
-        self._lock = threading.Lock()
-        self._queued: list[Message] = []
-        self._announced: list[tuple[Message, ...]] = []
-        self._open = True
-        self._steer = False
-        self._in_call: AbortController | None = None
-        self._unlink_call: Callable[[], None] = _noop
-        self._emitted = False
-        self._steered_call = False
-        self.offered = Latch()
-        """Set once some input was queued into the turn (lets callers wait for a join)."""
-        self.taken: list[object] = []
-        """Tokens of joined inputs the turn took (applied or kept in its checkpoint)."""
-        self._tokens: list[tuple[object, int]] = []
-        self.otel: _otel.Hooks = _otel.OFF  # tracing hooks (issue 18); set by run_turn
-
-    # --- events -------------------------------------------------------------------------
-    def next_seq(self) -> int:
-        """The next event sequence number of this run."""
-        return next(self._seq)
-
-    # --- queued input ------------------------------------------------------------------
-    def offer(self, messages: tuple[Message, ...], *, steer: bool, token: object = None) -> bool:
-        """Queue input into the turn; False when the turn no longer takes input."""
-        with self._lock:
-            if not self._open:
-                return False
-            self._queued.extend(messages)
-            self._announced.append(messages)
-            if token is not None:
-                self._tokens.append((token, len(self._queued)))
-            self.offered.set()
-            if steer:
-                self._steer = True
-                if self._in_call is not None and not self._emitted:
-                    self._steered_call = True
-                    self._in_call.abort("steer")
-            return True
-
-    def close_if_idle(self) -> bool:
-        """Stop taking input unless some is queued; True when closed."""
-        with self._lock:
-            if self._queued:
-                return False
-            self._open = False
-            return True
-
-    def close(self) -> list[Message]:
-        """Stop taking input; returns what was queued and never applied."""
-        with self._lock:
-            self._open = False
-            return list(self._queued)
-
-    def queued(self) -> list[Message]:
-        """Input queued and not applied yet."""
-        with self._lock:
-            return list(self._queued)
-
-    def take_announcements(self) -> list[tuple[Message, ...]]:
-        """Inputs queued since the last call (for ``input.queued`` events)."""
-        with self._lock:
-            out, self._announced = self._announced, []
-            return out
-
-    def take_queued(self) -> tuple[list[Message], bool]:
-        """Remove and return the queued input, and whether a steer asked for it."""
-        with self._lock:
-            out, self._queued = self._queued, []
-            steer, self._steer = self._steer, False
-            self.taken.extend(t for t, _ in self._tokens)
-            self._tokens = []
-            return out, steer
-
-    def has_queued(self) -> bool:
-        """Whether input waits to be announced or applied (a racy read: input queued just
-        after it is applied at the next safe point)."""
-        return bool(self._queued or self._announced)
-
-    def steer_requested(self) -> bool:
-        """Whether a steer is waiting to be applied."""
-        return self._steer
-
-    def keep_queued_tokens(self) -> None:
-        """Count the unapplied joined inputs as taken (the turn failed; its checkpoint keeps
-        them for ``resume()``)."""
-        with self._lock:
-            self.taken.extend(t for t, _ in self._tokens)
-            self._tokens = []
-
-    # --- model call -----------------------------------------------------------------------
-    def begin_call(self) -> AbortController:
-        """Start a model call: a child controller that a steer (or the turn's abort) aborts."""
-        child = AbortController()
-        signal = self.signal
-        self._unlink_call = signal.add_callback(lambda: child.abort(signal.reason))
-        with self._lock:
-            self._in_call = child
-            self._emitted = False
-            self._steered_call = False
-        return child
-
-    def mark_emitted(self) -> bool:
-        """The call emitted something; False when a steer already aborted it."""
-        if self._emitted:  # a steer never aborts a call that has emitted
-            return True
-        with self._lock:
-            if self._steered_call:
-                return False
-            self._emitted = True
-            return True
-
-    def end_call(self) -> bool:
-        """End the model call; True when a steer aborted it (then it must be made again)."""
-        self._unlink_call()
-        with self._lock:
-            steered = self._steered_call
-            self._in_call = None
-            self._steered_call = False
-            return steered
-
-    def abort(self, reason: object = None) -> None:
-        """Abort the turn."""
-        self.controller.abort(reason)
+class TurnAborted(Exception):
+    """Raised inside the step loop when the turn's signal is aborted."""
 
 
-def new_id() -> str:
-    """A random 128-bit id as 32 hex digits (what uuid4().hex looks like, cheaper)."""
-    return os.urandom(16).hex()
-
-
-def _noop() -> None:
-    return None
-
-
-class _Aborted(Exception):
-    pass
-
-
-def _save(cfg: TurnConfig, state: TurnState, ctl: TurnControl, status: str) -> None:
-    if not cfg.durable and status != "awaiting-approval":
+def _save(env: TurnEnv, state: TurnState, ctl: TurnControl, status: str) -> None:
+    if not env.durable and status != "awaiting-approval":
         return
-    if cfg.checkpoint_store is not None and state.key is not None:
+    writer = env.writer
+    if writer.checkpoints is not None and writer.key is not None:
         if ctl.otel is _otel.OFF:
-            cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
+            writer.save(state.checkpoint(status, ctl.queued()))
         else:  # tracing or DEBUG logging (issue 18)
             with ctl.otel.checkpoint(status):
-                cfg.checkpoint_store.save(state.key, state.checkpoint(status, ctl.queued()))
+                writer.save(state.checkpoint(status, ctl.queued()))
 
 
-def run_turn(
+def steps(
     cfg: TurnConfig,
+    env: TurnEnv,
     ctl: TurnControl,
     state: TurnState,
     history: Sequence[Message],
     *,
+    emit: bool,
     resumed: bool = False,
 ) -> Generator[RunEvent, None, ExecutionResult]:
-    """Run (or continue) one turn, yielding its events; returns its result.
-
-    Finished turns leave their checkpoint for the caller to delete once the turn is committed;
-    aborted turns delete it; failed turns mark it ``interrupted`` and re-raise.
-    """
+    """Run (or continue) one turn, yielding its events when ``emit`` (else none are built);
+    returns its result. Raises TurnAborted on abort and any failure as it is: what becomes
+    of the checkpoint is decided by the caller (:mod:`lousho_sync.turns`)."""
     # --- observability (issue 18): spans when a tracer provider is set, DEBUG records ----
     trace = _otel.turn(cfg.provider, state.session_id, ctl.run_id)
     logged = _log.isEnabledFor(logging.DEBUG)
     if trace is None and not logged:
-        return (yield from _turn(cfg, ctl, state, history, resumed))
-    body = _turn(cfg, ctl, state, history, resumed)
+        return (yield from _turn(cfg, env, ctl, state, history, emit, resumed))
+    body = _turn(cfg, env, ctl, state, history, emit, resumed)
     if trace is not None:
         ctl.otel = trace
-        body = trace.run(body)
+        body = trace.run(body, aborted=TurnAborted)
     if logged:
         ctl.otel = hooks = LoggedHooks(ctl.otel, _log, state.session_id, ctl.run_id)
-        body = hooks.run(body)
+        body = hooks.run(body, aborted=TurnAborted)
     return (yield from body)
 
 
 def _turn(
     cfg: TurnConfig,
+    env: TurnEnv,
     ctl: TurnControl,
     state: TurnState,
     history: Sequence[Message],
+    emit: bool,
     resumed: bool,
 ) -> Generator[RunEvent, None, ExecutionResult]:
-    ev = _Emit(ctl)
+    ev = _Emit(ctl, emit)
     if not resumed:
-        _save(cfg, state, ctl, "running")  # the turn is durable before run.start
-    try:
-        yield ev(RunStart, session_id=state.session_id, input=state.input)
-        result = yield from _steps(cfg, ctl, state, history, ev)
-    except BaseException as exc:
-        if ctl.signal.aborted or isinstance(exc, (_Aborted, GeneratorExit)):
-            ctl.close()
-            _drop(cfg, state)
-            if isinstance(exc, GeneratorExit):
-                raise
-            return _result(state, ctl, "aborted", messages=())
-        ctl.keep_queued_tokens()
-        try:
-            _save(cfg, state, ctl, "interrupted")
-        except Exception:
-            _log.warning("could not mark turn %s interrupted", state.key, exc_info=True)
-        raise
+        _save(env, state, ctl, "running")  # the turn is durable before run.start
+    yield from ev(RunStart, session_id=state.session_id, input=state.input)
+    result = yield from _steps(cfg, env, ctl, state, history, ev)
     return result
 
 
-def _drop(cfg: TurnConfig, state: TurnState) -> None:
-    if cfg.checkpoint_store is not None and state.key is not None:
-        try:
-            cfg.checkpoint_store.delete(state.key)
-        except Exception:
-            _log.warning("could not delete checkpoint %s", state.key, exc_info=True)
-
-
 class _Emit:
-    __slots__ = ("_ctl", "_run_id")
+    """Builds the run's events, or none when nobody can read them (``emit=False``)."""
 
-    def __init__(self, ctl: TurnControl) -> None:
+    __slots__ = ("_ctl", "_emit", "_run_id")
+
+    def __init__(self, ctl: TurnControl, emit: bool) -> None:
         self._ctl = ctl
         self._run_id = ctl.run_id
+        self._emit = emit
 
-    def __call__(self, cls: Callable[..., RunEvent], **fields: Any) -> Any:
-        if self._ctl.quiet:  # nobody will read this run's events: don't build them
-            return QUIET
-        return cls(run_id=self._run_id, seq=self._ctl.next_seq(), **fields)
-
-
-QUIET: Any = object()
-"""What a quiet run (one consumed by ``result()`` without iteration) yields instead of
-events."""
+    def __call__(self, cls: Callable[..., RunEvent], **fields: Any) -> tuple[RunEvent, ...]:
+        if not self._emit:
+            return ()
+        return (cls(run_id=self._run_id, seq=self._ctl.next_seq(), **fields),)
 
 
-def _result(
+def result_of(
     state: TurnState,
     ctl: TurnControl,
     finish: str,
@@ -416,6 +261,7 @@ def _result(
 
 def _steps(
     cfg: TurnConfig,
+    env: TurnEnv,
     ctl: TurnControl,
     state: TurnState,
     history: Sequence[Message],
@@ -425,26 +271,26 @@ def _steps(
     finish = "stop"
     while True:
         if ctl.signal.aborted:
-            raise _Aborted
+            raise TurnAborted
         calls = _loop.unresolved_calls(state.recorded)
         if calls:
-            outcome = yield from _run_calls(cfg, ctl, state, calls, used, ev)
+            outcome = yield from _run_calls(cfg, env, ctl, state, calls, used, ev)
             used = state.counters()
             if outcome == "paused":
                 ctl.close()
-                return _result(state, ctl, "awaiting-approval")
+                return result_of(state, ctl, "awaiting-approval")
             if outcome is not None:
                 ctl.close()
-                return _result(state, ctl, "limit", exceeded=outcome)
+                return result_of(state, ctl, "limit", exceeded=outcome)
         elif _loop.ends_with_answer(state.recorded) and ctl.close_if_idle():
-            return _result(state, ctl, finish)
+            return result_of(state, ctl, finish)
         exceeded = _limit_model(cfg.limits, used) or _limit_model(
-            cfg.session_limits, cfg.session_used + used
+            env.session_limits, env.session_used + used
         )
         if exceeded:
             ctl.close()
-            return _result(state, ctl, "limit", exceeded=exceeded)
-        yield from _apply_queued(cfg, ctl, state, ev)
+            return result_of(state, ctl, "limit", exceeded=exceeded)
+        yield from _apply_queued(env, ctl, state, ev)
         response = yield from ctl.otel.model_call(  # tracing (issue 18)
             _model_call(cfg, ctl, state, history, used, ev), used.steps + 1
         )
@@ -452,7 +298,7 @@ def _steps(
             continue
         usage = cost_of(
             response.message.usage or Usage(), response.model, cfg.prices,
-            required=cfg.cost_required,
+            required=cost_required(cfg, env),
         )
         message = response.message
         if message.usage is not usage:
@@ -463,24 +309,24 @@ def _steps(
         state.recorded.append(message)
         state.usage = state.usage + usage
         used = used.add(steps=1, usage=usage)
-        yield ev(UsageEvent, usage=usage, total=state.usage)
+        yield from ev(UsageEvent, usage=usage, total=state.usage)
         finish = "length" if response.finish_reason == "length" else "stop"
         if message.tool_calls:
-            _save(cfg, state, ctl, "running")
+            _save(env, state, ctl, "running")
 
 
 def _apply_queued(
-    cfg: TurnConfig, ctl: TurnControl, state: TurnState, ev: _Emit
+    env: TurnEnv, ctl: TurnControl, state: TurnState, ev: _Emit
 ) -> Generator[RunEvent, None, None]:
     if not ctl.has_queued():
         return
     for announced in ctl.take_announcements():
-        yield ev(InputQueued, input=announced)
+        yield from ev(InputQueued, input=announced)
     queued, _ = ctl.take_queued()
     if queued:
         state.recorded.extend(queued)
-        _save(cfg, state, ctl, "running")
-        yield ev(InputApplied, input=tuple(queued))
+        _save(env, state, ctl, "running")
+        yield from ev(InputApplied, input=tuple(queued))
 
 
 def _model_call(
@@ -491,24 +337,71 @@ def _model_call(
     used: Counters,
     ev: _Emit,
 ) -> Generator[RunEvent, None, ModelResponse | None]:
+    """One model call (None when a steer aborted it). A stream that breaks mid-way with a
+    retryable error is made again, within the provider's retry budget, as long as no
+    reader has been handed a text delta of it (never, when nobody reads the events)."""
     request = ModelRequest(
         cfg.system,
         _loop.MessageView(history, state.input, state.recorded),
         cfg.tool_specs,
         cfg.settings,
     )
+    budget = _retry_budget(cfg.provider)
+    attempt = 0
+    while True:
+        seen = _Seen()
+        try:
+            step = used.steps + 1 if attempt == 0 else None
+            response = yield from _stream_once(cfg, ctl, request, ev, seen, step)
+            return response
+        except ProviderError as exc:
+            if not (exc.retryable and seen.received and not seen.handed and attempt < budget):
+                raise
+            attempt += 1
+            _log.warning("provider %s: the stream broke mid-way (%s) before any reader saw "
+                         "it; making the call again (%d of %d)", type(cfg.provider).__name__,
+                         exc, attempt, budget)
+
+
+def _retry_budget(provider: object) -> int:
+    budget = getattr(provider, "max_retries", 2)
+    return budget if isinstance(budget, int) and budget >= 0 else 2
+
+
+class _Seen:
+    """What one attempt of a model call delivered: anything at all, and text to a reader."""
+
+    __slots__ = ("handed", "received")
+
+    def __init__(self) -> None:
+        self.received = False
+        self.handed = False
+
+
+def _stream_once(
+    cfg: TurnConfig,
+    ctl: TurnControl,
+    request: ModelRequest,
+    ev: _Emit,
+    seen: _Seen,
+    step: int | None,
+) -> Generator[RunEvent, None, ModelResponse | None]:
     call = ctl.begin_call()
     response: ModelResponse | None = None
     try:
-        yield ev(StepStart, step=used.steps + 1)
+        if step is not None:  # a steer while the reader holds step.start aborts this call
+            yield from ev(StepStart, step=step)
         stream = cfg.provider.stream(request, signal=call.signal)
         try:
             for item in stream:
+                seen.received = True
                 if not ctl.mark_emitted():
                     break
                 if isinstance(item, ModelTextDelta):
                     if item.text:
-                        yield ev(TextDelta, text=item.text)
+                        for event in ev(TextDelta, text=item.text):
+                            seen.handed = True
+                            yield event
                 elif isinstance(item, ModelDone):
                     response = item.response
                 elif not isinstance(item, ModelToolCallDelta):
@@ -527,7 +420,7 @@ def _model_call(
     except BaseException as exc:
         steered = ctl.end_call()
         if ctl.signal.aborted:
-            raise _Aborted from exc
+            raise TurnAborted from exc
         if steered:
             return None
         if isinstance(exc, LoushoError) and not isinstance(exc, AbortedError):
@@ -537,7 +430,7 @@ def _model_call(
         ) from exc
     steered = ctl.end_call()
     if ctl.signal.aborted:
-        raise _Aborted
+        raise TurnAborted
     if steered:
         return None
     if response is None:
@@ -554,6 +447,7 @@ def _model_call(
 
 def _run_calls(
     cfg: TurnConfig,
+    env: TurnEnv,
     ctl: TurnControl,
     state: TurnState,
     calls: list[ToolCall],
@@ -561,51 +455,51 @@ def _run_calls(
     ev: _Emit,
 ) -> Generator[RunEvent, None, str | None]:
     """Run the step's unresolved calls in order. Returns "paused", a limit name, or None."""
-    decisions = _decisions(cfg, state)
+    decisions = _decisions(env, state)
     paused = False
     for index, call in enumerate(calls):
         if ctl.signal.aborted:
-            raise _Aborted
+            raise TurnAborted
         if ctl.steer_requested():
             _skip(state, calls[index:], "skipped: the user sent a new message before it ran")
-            _save(cfg, state, ctl, "running")
+            _save(env, state, ctl, "running")
             return None
         tool = cfg.tools.get(call.name)
         if call.id in state.started and tool is not None and tool.on_interrupted == "report":
-            yield from _record(cfg, ctl, state, call, _IN_DOUBT.format(call=call), True, ev)
+            yield from _record(env, ctl, state, call, _IN_DOUBT.format(call=call), True, ev)
             continue
         decision = decisions.get(call.id)
         if decision is None and tool is not None and tool.validate(call.arguments) is None:
             needs = tool.requires_approval(call.arguments)
             if needs:
-                decision = yield from _ask(cfg, state, call, ev)
+                decision = yield from _ask(env, state, call, ev)
                 if decision is None:
                     paused = True
                     continue
         if decision is not None and not decision[0]:
             reason = f": {decision[1]}" if decision[1] else ""
-            yield from _record(cfg, ctl, state, call, f"denied by a human{reason}", True, ev)
+            yield from _record(env, ctl, state, call, f"denied by a human{reason}", True, ev)
             continue
         exceeded = _limit_tool(cfg.limits, used) or _limit_tool(
-            cfg.session_limits, cfg.session_used + used
+            env.session_limits, env.session_used + used
         )
         if exceeded:
             _skip(state, calls[index:], f"not run: the turn reached its limit {exceeded}")
-            _save(cfg, state, ctl, "running")
+            _save(env, state, ctl, "running")
             return exceeded
-        yield ev(ToolCallStart, call=call)
+        yield from ev(ToolCallStart, call=call)
         state.started.append(call.id)
-        _save(cfg, state, ctl, "running")
+        _save(env, state, ctl, "running")
         context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
         with ctl.otel.tool_call(call) as span:  # tracing (issue 18)
             text, is_error = run_tool(tool, call, context=context)
             span.tool_result(is_error, text)
         if ctl.signal.aborted:
-            raise _Aborted
+            raise TurnAborted
         used = used.add(tool_calls=1)
-        yield from _record(cfg, ctl, state, call, text, is_error, ev)
+        yield from _record(env, ctl, state, call, text, is_error, ev)
     if paused:
-        _save(cfg, state, ctl, "awaiting-approval")
+        _save(env, state, ctl, "awaiting-approval")
         return "paused"
     state.pending_approvals.clear()
     return None
@@ -618,7 +512,7 @@ _IN_DOUBT = (
 
 
 def _record(
-    cfg: TurnConfig,
+    env: TurnEnv,
     ctl: TurnControl,
     state: TurnState,
     call: ToolCall,
@@ -629,8 +523,8 @@ def _record(
     state.recorded.append(Message("tool", text, tool_call_id=call.id, is_error=is_error))
     if call.id in state.started:
         state.started.remove(call.id)
-    _save(cfg, state, ctl, "running")
-    yield ev(ToolResultEvent, call_id=call.id, result=text, is_error=is_error)
+    _save(env, state, ctl, "running")
+    yield from ev(ToolResultEvent, call_id=call.id, result=text, is_error=is_error)
 
 
 def _skip(state: TurnState, calls: Sequence[ToolCall], text: str) -> None:
@@ -638,14 +532,15 @@ def _skip(state: TurnState, calls: Sequence[ToolCall], text: str) -> None:
         state.recorded.append(Message("tool", text, tool_call_id=call.id, is_error=True))
 
 
-def _decisions(cfg: TurnConfig, state: TurnState) -> dict[str, tuple[bool, str | None]]:
+def _decisions(env: TurnEnv, state: TurnState) -> dict[str, tuple[bool, str | None]]:
     """Decisions already taken on this turn's approvals, by call id (None while pending)."""
     out: dict[str, tuple[bool, str | None]] = {}
-    if not state.pending_approvals or cfg.approval_store is None:
+    approvals = env.writer.approvals
+    if not state.pending_approvals or approvals is None:
         return out
     still: list[str] = []
     for approval_id in state.pending_approvals:
-        record = cfg.approval_store.get(approval_id)
+        record = approvals.get(approval_id)
         if record is None:
             continue
         if record.status == "pending":
@@ -657,12 +552,13 @@ def _decisions(cfg: TurnConfig, state: TurnState) -> dict[str, tuple[bool, str |
 
 
 def _ask(
-    cfg: TurnConfig, state: TurnState, call: ToolCall, ev: _Emit
+    env: TurnEnv, state: TurnState, call: ToolCall, ev: _Emit
 ) -> Generator[RunEvent, None, tuple[bool, str | None] | None]:
     """Ask for a decision: inline through ``approve``, or by an approval record (pause)."""
-    if cfg.approval_store is not None:
+    writer = env.writer
+    if writer.approvals is not None:
         for approval_id in state.pending_approvals:
-            record = cfg.approval_store.get(approval_id)
+            record = writer.approvals.get(approval_id)
             if record is not None and record.call.id == call.id:
                 return None  # still pending
     record = ApprovalRecord(
@@ -671,10 +567,10 @@ def _ask(
         checkpoint_key=state.key or "",
         call=call,
     )
-    if cfg.approve is not None:
-        approved = bool(cfg.approve(record))
+    if env.approve is not None:
+        approved = bool(env.approve(record))
         return (approved, None)
-    if cfg.approval_store is None or cfg.checkpoint_store is None or state.key is None:
+    if writer.approvals is None or not writer.durable:
         from .errors import ConfigError
 
         raise ConfigError(
@@ -682,73 +578,7 @@ def _ask(
             "checkpoint store to pause in: pass approval_store= and checkpoint_store= (or use "
             "an agent, which has in-memory ones), or an approve= callback"
         )
-    cfg.approval_store.create(record)
+    writer.create_approval(record)
     state.pending_approvals.append(record.id)
-    yield ev(ApprovalRequested, approval_id=record.id, call=call)
+    yield from ev(ApprovalRequested, approval_id=record.id, call=call)
     return None
-
-
-class AgentExecutor:
-    """Runs one turn without a session (what sessions are built on)."""
-
-    @staticmethod
-    def execute(
-        input: object,
-        *,
-        provider: Provider,
-        instructions: str | None = None,
-        tools: Sequence[Tool] = (),
-        history: Sequence[Message] = (),
-        session_id: str | None = None,
-        checkpoint_store: CheckpointStore | None = None,
-        approval_store: ApprovalStore | None = None,
-        limits: Limits | None = None,
-        signal: Any = None,
-        approve: ApproveCallback | None = None,
-        settings: Mapping[str, Any] | None = None,
-    ) -> ExecutionResult:
-        """Run one turn over ``history``. With ``session_id`` and a ``checkpoint_store`` the
-        turn is checkpointed under ``session_id``; an input of ``()`` with an existing
-        checkpoint continues it (the resume path)."""
-        from .inputs import to_messages
-
-        control = TurnControl()
-        cp = None
-        if session_id is not None and checkpoint_store is not None:
-            cp = checkpoint_store.load(session_id)
-        if cp is not None and input in ((), [], None):
-            state = TurnState.from_checkpoint(cp)
-            control = TurnControl(cp.run_id)
-            resumed = True
-        else:
-            state = TurnState(run_id=control.run_id, key=session_id, session_id=session_id,
-                              input=to_messages(input))
-            resumed = False
-        cfg = TurnConfig(
-            provider=provider,
-            system=instructions,
-            tools={t.name: t for t in tools},
-            tool_specs=tuple(t.spec() for t in tools),
-            settings=settings or {},
-            limits=limits,
-            checkpoint_store=checkpoint_store if session_id is not None else None,
-            approval_store=approval_store,
-            approve=approve,
-        )
-        unlink = signal.add_callback(lambda: control.abort(signal.reason)) if signal else None
-        try:
-            gen = run_turn(cfg, control, state, history, resumed=resumed)
-            while True:
-                try:
-                    next(gen)
-                except StopIteration as stop:
-                    result: ExecutionResult = stop.value
-                    break
-        finally:
-            if unlink is not None:
-                unlink()
-        if cfg.checkpoint_store is not None and session_id is not None and (
-            result.finish_reason not in ("awaiting-approval", "aborted")
-        ):
-            cfg.checkpoint_store.delete(session_id)
-        return result
