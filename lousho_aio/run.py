@@ -53,7 +53,7 @@ class AsyncAgentRun:
                 f"run {self.run_id} is already being read (iterate an AsyncAgentRun once, "
                 "before awaiting result())"
             )
-        self._pump = _bridge.EventPump(self._run, abort=self._run.abort)
+        self._pump = _bridge.EventPump(self._run, abort=self._run.abort, leave=self._run.leave)
         return self._pump.events()
 
     async def result(self, timeout: float | None = None) -> ExecutionResult:
@@ -81,6 +81,10 @@ class AsyncAgentRun:
     def abort(self, reason: object = None) -> None:
         """Abort the turn (the transcript stays as it was); idempotent, any thread."""
         self._run.abort(reason)
+
+    def leave(self) -> None:
+        """Say the reader stopped reading (see ``AgentRun.leave``)."""
+        self._run.leave()
 
     def enqueue(self, input: InputLike) -> bool:
         """Add user input to the running turn (see ``AgentRun.enqueue``); False when the turn

@@ -107,7 +107,9 @@ class AsyncSession:
         """One turn with the whole transcript. The turn joins the session's queue when
         ``send()`` is called (with ``approve``: when its pool thread starts)."""
         if approve is None:
-            return await drive(self._session.stream(input, signal=signal))
+            with _bridge.as_current_task():
+                run = self._session.stream(input, signal=signal)
+            return await drive(run)
         return await _bridge.call_aborting(
             self._session.send, input, signal=signal,
             approve=_bridge.to_thread_callback(approve),
@@ -115,7 +117,9 @@ class AsyncSession:
 
     def stream(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
         """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
-        return AsyncAgentRun(self._session.stream(input, signal=signal))
+        _bridge.adopt_task()
+        with _bridge.as_current_task():
+            return AsyncAgentRun(self._session.stream(input, signal=signal))
 
     async def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""

@@ -20,6 +20,7 @@ import attrs
 
 from . import _loop
 from ._lease_hold import LeaseHold
+from .callers import current_caller
 from .control import TurnControl
 from .errors import SessionAwaitingApprovalError, SessionBusyError
 from .events import ListenerEvent
@@ -78,12 +79,12 @@ class Turn:
 
 @attrs.define(eq=False)
 class Ticket:
-    """A turn's place in the queue, with the thread that queued it; ``started`` once its
-    run is being driven."""
+    """A turn's place in the queue, with who queued it (a thread, or an asyncio task);
+    ``started`` once its run is being driven."""
 
     seq: int
     turn: Turn
-    thread: int = attrs.field(factory=threading.get_ident)
+    caller: object = attrs.field(factory=current_caller)
     started: bool = False
 
 
@@ -169,17 +170,17 @@ class SessionState:
             remove()
 
     def _refuse_self_deadlock_locked(self, ticket: Ticket) -> None:
-        me = threading.get_ident()
+        me = current_caller()
         for ahead in self.waiting:
             if ahead is ticket:
                 return
-            if not ahead.started and ahead.thread == me:
+            if not ahead.started and ahead.caller == me:
                 self.waiting.remove(ticket)
                 self.cond.notify_all()
                 raise SessionBusyError(
-                    f"session {self.id!r}: this thread started a stream() that has not been "
-                    "read yet, and this call would wait for it forever; iterate that run (or "
-                    "call its result()) first",
+                    f"session {self.id!r}: this thread (or task) started a stream() that has "
+                    "not been read yet, and this call would wait for it forever; iterate that "
+                    "run (or call its result()) first",
                     session_id=self.id,
                 )
 

@@ -12,14 +12,14 @@ from typing import Any
 from ._writes import TurnWriter
 from .compaction import Compaction
 from .control import TurnControl
-from .errors import ConfigError
+from .errors import ApprovalTurnMissingError, ConfigError
 from .executor import ApproveCallback, TurnConfig, TurnEnv, TurnState
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
 from .providers.base import Provider
-from .records import ApprovalRecord
+from .records import ApprovalRecord, Checkpoint
 from .results import ExecutionResult
 from .run import AgentRun
 from .session import AgentBase, Session, TurnPolicy
@@ -117,12 +117,14 @@ class Agent:
             ),
             compaction=compaction,
             scratch=self._scratch,
+            pin=self._pin,
         )
         self._lock = threading.Lock()
         self._default_stores: weakref.WeakValueDictionary[str, MemorySessionStore] = (
             weakref.WeakValueDictionary()
         )
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._pinned: dict[str, MemorySessionStore] = {}
         self.approvals = Approvals(self)
 
     # --- single turns --------------------------------------------------------------------------
@@ -241,19 +243,38 @@ class Agent:
         resumed = self._session_for(id).resume(signal=signal)
         return resumed if resumed is not None else one_shot
 
-    def _continue(self, record: ApprovalRecord) -> ExecutionResult | None:
-        """Continue the turn ``record`` paused once none of its approvals is pending."""
+    def _paused_turn(
+        self, record: ApprovalRecord
+    ) -> tuple[Session | None, CheckpointStore, Checkpoint | None]:
+        """The session (None for one-shot runs), store and checkpoint of the turn that
+        ``record`` paused."""
         where = parse_key(record.checkpoint_key, record.session_id)
+        session: Session | None = None
         if where.kind == "session":
             assert where.session_id is not None
             session = self._session_for(where.session_id)
             store = session.checkpoint_store or self._scratch
         else:
-            session = None
             store = (self.checkpoint_store if where.kind == "one-shot" else None) or self._scratch
-        cp = store.load(record.checkpoint_key)
+        return session, store, store.load(record.checkpoint_key)
+
+    def _resolve(self, id: str, approved: bool, reason: str | None) -> ExecutionResult | None:
+        record = self.approval_store.get(id)
+        if record is not None and record.status == "pending":
+            _, _, cp = self._paused_turn(record)
+            if cp is None:
+                raise ApprovalTurnMissingError(
+                    f"approval {id!r}: the turn that asked for it (checkpoint "
+                    f"{record.checkpoint_key!r} of session {record.session_id!r}) is not in "
+                    "this agent's checkpoint store, so resolving it could not run the tool; "
+                    "the record was left pending (was the turn kept only in the memory of "
+                    "another process?)",
+                    approval_id=id,
+                )
+        record = self.approval_store.resolve(id, approved=approved, reason=reason)
+        session, store, cp = self._paused_turn(record)
         if cp is None:
-            return None
+            return None  # discarded meanwhile (its approvals were denied with it)
         still = [a for a in cp.pending_approval_ids
                  if (r := self.approval_store.get(a)) is not None and r.status == "pending"]
         if still:
@@ -261,6 +282,16 @@ class Agent:
         if session is not None:
             return session.resume()
         return self._resume_one_shot(store, record.checkpoint_key)
+
+    def _pin(self, id: str, store: SessionStore, keep: bool) -> None:
+        """Keep the default in-memory transcript of ``id`` alive while its turn waits on an
+        approval (the ``Session`` objects may all be gone by the time it is resolved)."""
+        with self._lock:
+            if keep and self._default_stores.get(id) is store:
+                assert isinstance(store, MemorySessionStore)
+                self._pinned[id] = store
+            elif not keep and self._pinned.get(id) is store:
+                del self._pinned[id]
 
     def __repr__(self) -> str:
         return f"<Agent provider={type(self.provider).__name__} tools={list(self.tools)}>"
@@ -294,9 +325,10 @@ class Approvals:
     ) -> ExecutionResult | None:
         """Approve or deny; when it was the turn's last open approval, continue the turn (as
         the session's next turn) and return its result. Exactly one resolver wins; others get
-        ApprovalAlreadyResolvedError. None when the turn no longer exists (discarded)."""
-        record = self._agent.approval_store.resolve(id, approved=approved, reason=reason)
-        return self._agent._continue(record)
+        ApprovalAlreadyResolvedError. When the paused turn cannot be found, raises
+        ApprovalTurnMissingError and leaves the record pending (never "approved" without
+        running)."""
+        return self._agent._resolve(id, approved, reason)
 
 
 def _awaiting(run_id: str, pending: list[str]) -> ExecutionResult:

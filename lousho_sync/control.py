@@ -41,6 +41,12 @@ class TurnControl:
         self.taken: list[object] = []
         """Tokens of joined inputs the turn took (applied or kept in its checkpoint)."""
         self._tokens: list[tuple[object, int]] = []
+        self.left = False
+        """Set when the reader left: the turn may only finish a final answer already
+        streamed; anything more (a tool, another model call, more text) aborts it."""
+        self.may_finish = False
+        """Whether the turn is streaming its answer's text or has it whole with no tool
+        call (kept by the executor): then a leaving reader lets it finish."""
         self.otel: _otel.Hooks = _otel.OFF  # tracing/logging hooks (issue 18); set by steps()
 
     # --- events -------------------------------------------------------------------------
@@ -126,6 +132,7 @@ class TurnControl:
             self._in_call = child
             self._emitted = False
             self._steered_call = False
+        self.may_finish = False
         return child
 
     def mark_emitted(self) -> bool:
@@ -150,6 +157,24 @@ class TurnControl:
     def abort(self, reason: object = None) -> None:
         """Abort the turn."""
         self.controller.abort(reason)
+
+    def leave(self) -> None:
+        """The reader left (see ``left``): the turn finishes a final answer it is streaming
+        or has whole, and is aborted otherwise."""
+        self.left = True
+        if not self.may_finish:
+            self.abort("the consumer stopped iterating")
+
+    def drop_queued(self) -> None:
+        """Stop taking input and forget what was queued and not applied (the turn paused:
+        the callers whose input it was are told their call failed, so nothing of it may
+        be applied later)."""
+        with self._lock:
+            self._open = False
+            self._queued = []
+            self._announced = []
+            self._tokens = []
+            self._steer = False
 
 
 def new_id() -> str:

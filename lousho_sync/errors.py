@@ -22,6 +22,7 @@
     │   ├── StoreTooNewError
     │   ├── StoreConflictError
     │   └── LeaseLostError                     a write refused: a newer lease holder exists
+    ├── ApprovalTurnMissingError (LookupError) the paused turn of an approval is gone
     ├── ApprovalAlreadyResolvedError
     └── ApprovalNotFoundError (KeyError)
 
@@ -36,6 +37,7 @@ __all__ = [
     "AbortedError",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
+    "ApprovalTurnMissingError",
     "ConfigError",
     "InvalidInputError",
     "InvalidSessionIdError",
@@ -268,6 +270,17 @@ class ApprovalAlreadyResolvedError(LoushoError):
     """The approval was already resolved (by this or another caller)."""
 
     code = "LOUSHO_APPROVAL_RESOLVED"
+
+    def __init__(self, message: str, *, approval_id: str | None = None) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+
+
+class ApprovalTurnMissingError(LoushoError, LookupError):
+    """The turn an approval paused cannot be found, so resolving it could not continue it;
+    the record was left pending."""
+
+    code = "LOUSHO_APPROVAL_TURN_MISSING"
 
     def __init__(self, message: str, *, approval_id: str | None = None) -> None:
         super().__init__(message)

@@ -274,6 +274,8 @@ def _steps(
             raise TurnAborted
         calls = _loop.unresolved_calls(state.recorded)
         if calls:
+            if ctl.left:  # tools left to run and nobody reads: abort
+                raise TurnAborted
             outcome = yield from _run_calls(cfg, env, ctl, state, calls, used, ev)
             used = state.counters()
             if outcome == "paused":
@@ -290,6 +292,8 @@ def _steps(
         if exceeded:
             ctl.close()
             return result_of(state, ctl, "limit", exceeded=exceeded)
+        if ctl.left:  # another model call and nobody reads: abort
+            raise TurnAborted
         yield from _apply_queued(env, ctl, state, ev)
         response = yield from ctl.otel.model_call(  # tracing (issue 18)
             _model_call(cfg, ctl, state, history, used, ev), used.steps + 1
@@ -307,6 +311,7 @@ def _steps(
                 message.is_error, usage, message.metadata, extra=message.extra,
             )
         state.recorded.append(message)
+        ctl.may_finish = not message.tool_calls
         state.usage = state.usage + usage
         used = used.add(steps=1, usage=usage)
         yield from ev(UsageEvent, usage=usage, total=state.usage)
@@ -363,6 +368,12 @@ def _model_call(
                          exc, attempt, budget)
 
 
+def _ends_the_answer(item: object) -> bool:
+    """Whether ``item`` adds nothing a reader would have seen (the call's end, or empty
+    text)."""
+    return isinstance(item, ModelDone) or (isinstance(item, ModelTextDelta) and not item.text)
+
+
 def _retry_budget(provider: object) -> int:
     budget = getattr(provider, "max_retries", 2)
     return budget if isinstance(budget, int) and budget >= 0 else 2
@@ -395,12 +406,15 @@ def _stream_once(
         try:
             for item in stream:
                 seen.received = True
+                if ctl.left and not _ends_the_answer(item):
+                    raise TurnAborted  # the reader left before the answer was complete
                 if not ctl.mark_emitted():
                     break
                 if isinstance(item, ModelTextDelta):
                     if item.text:
                         for event in ev(TextDelta, text=item.text):
                             seen.handed = True
+                            ctl.may_finish = True  # a reader leaving now may keep it
                             yield event
                 elif isinstance(item, ModelDone):
                     response = item.response
@@ -414,7 +428,7 @@ def _stream_once(
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, TurnAborted):
         ctl.end_call()
         raise
     except BaseException as exc:
@@ -499,6 +513,7 @@ def _run_calls(
         used = used.add(tool_calls=1)
         yield from _record(env, ctl, state, call, text, is_error, ev)
     if paused:
+        ctl.drop_queued()  # input not applied yet leaves no trace: its callers get an error
         _save(env, state, ctl, "awaiting-approval")
         return "paused"
     state.pending_approvals.clear()

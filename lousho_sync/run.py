@@ -149,7 +149,7 @@ class AgentRun:
             with self._lock:
                 self._iter_closed = True
             if not complete and not self._done.is_set():
-                self._control.abort("the consumer stopped iterating")
+                self.leave()
                 self._drain()
 
     # --- result -------------------------------------------------------------------------------
@@ -196,6 +196,13 @@ class AgentRun:
     def abort(self, reason: object = None) -> None:
         """Abort the turn (the transcript stays as it was); idempotent, any thread."""
         self._control.abort("aborted" if reason is None else reason)
+
+    def leave(self) -> None:
+        """Say the reader stopped reading (as leaving the ``for`` loop does): a run whose
+        final answer was already streamed (its text ended, no tool call) finishes and is
+        saved; one with anything left to do (a tool, another model call, more text) is
+        aborted. Does not wait; any thread."""
+        self._control.leave()
 
     def enqueue(self, input: InputLike) -> bool:
         """Add user input to the running turn: it is applied after the current step's tool

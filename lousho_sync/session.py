@@ -73,6 +73,8 @@ class AgentBase:
     config: TurnConfig
     compaction: Compaction | None = None
     scratch: CheckpointStore
+    pin: Callable[[str, SessionStore, bool], None] | None = None
+    """Told when a turn of a session starts (True) or stops (False) waiting on approvals."""
 
 
 class Session:
@@ -320,9 +322,12 @@ class Session:
             self._base.config, self._env(writer, approve), control, state, st.messages,
             emit=emit, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT,
         )
-        if result.finish_reason == "awaiting-approval":
+        paused = result.finish_reason == "awaiting-approval"
+        if paused:
             with st.lock:
                 st.awaiting = result.approval_id
+        if self._base.pin is not None:
+            self._base.pin(self._id, self._sessions, paused)
         return result
 
     def _new_turn(
@@ -414,6 +419,8 @@ class Session:
             self._writer(cp.key, hold).delete()
             with self._state.lock:
                 self._state.awaiting = None
+            if self._base.pin is not None:
+                self._base.pin(self._id, self._sessions, False)
 
     def clear(self) -> None:
         """Empty the transcript and save it empty; deletes an interrupted turn.
