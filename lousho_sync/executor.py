@@ -188,19 +188,21 @@ def steps(
     """Run (or continue) one turn, yielding its events when ``emit`` (else none are built);
     returns its result. Raises TurnAborted on abort and any failure as it is: what becomes
     of the checkpoint is decided by the caller (:mod:`lousho_sync.turns`)."""
-    # --- observability (issue 18): spans when a tracer provider is set, DEBUG records ----
+    # --- observability (issue 18): spans when a tracer provider is set, DEBUG records.
+    # A plain function (no generator layer when both are off): called where the turn is
+    # driven, so the turn's span starts, and finds its parent, in the driving context.
+    body = _turn(cfg, env, ctl, state, history, emit, resumed)
     trace = _otel.turn(cfg.provider, state.session_id, ctl.run_id)
     logged = _log.isEnabledFor(logging.DEBUG)
     if trace is None and not logged:
-        return (yield from _turn(cfg, env, ctl, state, history, emit, resumed))
-    body = _turn(cfg, env, ctl, state, history, emit, resumed)
+        return body
     if trace is not None:
         ctl.otel = trace
         body = trace.run(body, aborted=TurnAborted)
     if logged:
         ctl.otel = hooks = LoggedHooks(ctl.otel, _log, state.session_id, ctl.run_id)
         body = hooks.run(body, aborted=TurnAborted)
-    return (yield from body)
+    return body
 
 
 def _turn(
