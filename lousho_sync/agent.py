@@ -9,11 +9,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._session_parts import AgentBase
 from ._writes import TurnWriter
 from .compaction import Compaction
 from .control import TurnControl
 from .errors import ApprovalTurnMissingError, ConfigError
-from .executor import ApproveCallback, TurnConfig, TurnEnv, TurnState
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
@@ -22,12 +22,13 @@ from .providers.base import Provider
 from .records import ApprovalRecord, Checkpoint
 from .results import ExecutionResult
 from .run import AgentRun
-from .session import AgentBase, Session, TurnPolicy
+from .session import Session, TurnPolicy
 from .signal import Signal
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore
 from .stores.bundle import AnyStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
+from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
 from .turns import drive, one_shot_key, parse_key, play, play_linked, resumed_turn
 
 __all__ = ["Agent", "Approvals", "create_agent"]
@@ -262,7 +263,8 @@ class Agent:
         record = self.approval_store.get(id)
         if record is not None and record.status == "pending":
             _, _, cp = self._paused_turn(record)
-            if cp is None:
+            again = self.approval_store.get(id) if cp is None else None
+            if cp is None and again is not None and again.status == "pending":
                 raise ApprovalTurnMissingError(
                     f"approval {id!r}: the turn that asked for it (checkpoint "
                     f"{record.checkpoint_key!r} of session {record.session_id!r}) is not in "

@@ -27,6 +27,11 @@
     └── ApprovalNotFoundError (KeyError)
 
 Codes (``.code``) are stable public API.
+
+Warnings (``warnings.warn``; each also logged once at WARNING)::
+
+    LoushoWarning (UserWarning, .code)
+    └── StoreDurabilityWarning                 a store may lose or damage acknowledged data
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "LeaseLostError",
     "LoopClosedError",
     "LoushoError",
+    "LoushoWarning",
     "PropagatingToolError",
     "ProviderError",
     "RateLimitedError",
@@ -54,6 +60,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
@@ -298,3 +305,17 @@ class ApprovalNotFoundError(LoushoError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class LoushoWarning(UserWarning):
+    """Root of every warning lousho issues; ``code`` is a stable string."""
+
+    code: str = "LOUSHO_WARNING"
+
+
+class StoreDurabilityWarning(LoushoWarning):
+    """A store's setup can lose or damage acknowledged data (a Redis server without
+    persistence; a SQLite library with a known corruption bug). Issued once per server
+    address or per process; filter it with ``warnings.filterwarnings``."""
+
+    code = "LOUSHO_STORE_DURABILITY"

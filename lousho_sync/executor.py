@@ -11,168 +11,39 @@ One turn is driven by whoever pulls its events (``AgentRun`` iteration, ``result
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any
-
-import attrs
+from collections.abc import Generator, Sequence
 
 from . import _loop, _otel
 from ._turnlog import LoggedHooks
-from ._writes import TurnWriter
-from .control import TurnControl, new_id
+from .control import TurnControl
 from .errors import AbortedError, LoushoError, ProviderError
-from .events import (
-    ApprovalRequested,
-    InputApplied,
-    InputQueued,
-    RunEvent,
-    RunStart,
-    StepStart,
-    TextDelta,
-    ToolCallStart,
-    ToolResultEvent,
-    UsageEvent,
-)
-from .limits import Counters, Limits, Price, cost_of
+from .events import InputApplied, InputQueued, RunEvent, RunStart, StepStart, TextDelta, UsageEvent
+from .limits import Counters, cost_of
 from .limits import exceeded_before_model_call as _limit_model
-from .limits import exceeded_before_tool_call as _limit_tool
-from .messages import Message, ToolCall, Usage
+from .messages import Message, Usage
 from .providers.base import (
     ModelDone,
     ModelRequest,
     ModelResponse,
     ModelTextDelta,
     ModelToolCallDelta,
-    Provider,
-    ToolSpec,
 )
-from .records import ApprovalRecord, Checkpoint, now
 from .results import ExecutionResult
-from .tools import Tool, ToolContext, run_tool
+from .tool_calls import run_calls
+from .turn_state import (
+    Emit,
+    TurnAborted,
+    TurnConfig,
+    TurnEnv,
+    TurnState,
+    cost_required,
+    result_of,
+    save,
+)
 
-__all__ = [
-    "ApproveCallback",
-    "TurnAborted",
-    "TurnConfig",
-    "TurnEnv",
-    "TurnState",
-    "cost_required",
-    "result_of",
-    "steps",
-]
+__all__ = ["steps"]
 
 _log = logging.getLogger(__name__)
-
-ApproveCallback = Callable[[ApprovalRecord], bool]
-
-
-@attrs.frozen(slots=True, kw_only=True)
-class TurnConfig:
-    """What every turn of an agent shares: built once by the agent, never changed."""
-
-    provider: Provider
-    system: str | None = None
-    tools: Mapping[str, Tool] = attrs.field(factory=dict)
-    tool_specs: tuple[ToolSpec, ...] = ()
-    settings: Mapping[str, Any] = attrs.field(factory=dict)
-    limits: Limits | None = None
-    prices: Mapping[str, Price] | None = None
-
-
-@attrs.frozen(slots=True, kw_only=True)
-class TurnEnv:
-    """What one turn adds to its agent's config: where it writes, how approvals are
-    decided, and the session budget it counts against."""
-
-    writer: TurnWriter
-    approve: ApproveCallback | None = None
-    session_limits: Limits | None = None
-    session_used: Counters = Counters()
-    durable: bool = True
-    """False: write a checkpoint only to pause on an approval (runs nobody can resume)."""
-
-
-def cost_required(cfg: TurnConfig, env: TurnEnv) -> bool:
-    """Whether a cost limit is set (then every model call must have a known cost)."""
-    return (cfg.limits is not None and cfg.limits.max_cost_usd is not None) or (
-        env.session_limits is not None and env.session_limits.max_cost_usd is not None
-    )
-
-
-@attrs.define(slots=True, kw_only=True)
-class TurnState:
-    """The mutable state of one turn; what a checkpoint records."""
-
-    run_id: str
-    key: str | None
-    session_id: str | None
-    turn_index: int = 0
-    input: tuple[Message, ...] = ()
-    recorded: list[Message] = attrs.field(factory=list)
-    started: list[str] = attrs.field(factory=list)
-    pending_approvals: list[str] = attrs.field(factory=list)
-    usage: Usage = Usage()
-    created_at: float = attrs.field(factory=now)
-    extra: Mapping[str, Any] = attrs.field(factory=dict)
-
-    @classmethod
-    def from_checkpoint(cls, cp: Checkpoint) -> TurnState:
-        """The state a checkpoint recorded."""
-        return cls(
-            run_id=cp.run_id,
-            key=cp.key,
-            session_id=cp.session_id,
-            turn_index=cp.turn_index,
-            input=cp.input,
-            recorded=list(cp.recorded),
-            started=list(cp.started_call_ids),
-            pending_approvals=list(cp.pending_approval_ids),
-            usage=cp.usage,
-            created_at=cp.created_at,
-            extra=cp.extra,
-        )
-
-    def checkpoint(self, status: str, queued: Sequence[Message]) -> Checkpoint:
-        """A checkpoint of this state."""
-        assert self.key is not None
-        return Checkpoint(
-            key=self.key,
-            session_id=self.session_id,
-            run_id=self.run_id,
-            turn_index=self.turn_index,
-            input=self.input,
-            recorded=tuple(self.recorded),
-            started_call_ids=tuple(self.started),
-            queued_inputs=tuple(queued),
-            pending_approval_ids=tuple(self.pending_approvals),
-            usage=self.usage,
-            status=status,  # type: ignore[arg-type]
-            created_at=self.created_at,
-            updated_at=now(),
-            extra=self.extra,
-        )
-
-    def counters(self) -> Counters:
-        """Steps, tool calls and usage of the turn so far (derived from ``recorded``)."""
-        steps = sum(1 for m in self.recorded if m.role == "assistant")
-        tools = sum(1 for m in self.recorded if m.role == "tool")
-        return Counters(steps, tools, self.usage)
-
-
-class TurnAborted(Exception):
-    """Raised inside the step loop when the turn's signal is aborted."""
-
-
-def _save(env: TurnEnv, state: TurnState, ctl: TurnControl, status: str) -> None:
-    if not env.durable and status != "awaiting-approval":
-        return
-    writer = env.writer
-    if writer.checkpoints is not None and writer.key is not None:
-        if ctl.otel is _otel.OFF:
-            writer.save(state.checkpoint(status, ctl.queued()))
-        else:  # tracing or DEBUG logging (issue 18)
-            with ctl.otel.checkpoint(status):
-                writer.save(state.checkpoint(status, ctl.queued()))
 
 
 def steps(
@@ -214,51 +85,12 @@ def _turn(
     emit: bool,
     resumed: bool,
 ) -> Generator[RunEvent, None, ExecutionResult]:
-    ev = _Emit(ctl, emit)
+    ev = Emit(ctl, emit)
     if not resumed:
-        _save(env, state, ctl, "running")  # the turn is durable before run.start
+        save(env, state, ctl, "running")  # the turn is durable before run.start
     yield from ev(RunStart, session_id=state.session_id, input=state.input)
     result = yield from _steps(cfg, env, ctl, state, history, ev)
     return result
-
-
-class _Emit:
-    """Builds the run's events, or none when nobody can read them (``emit=False``)."""
-
-    __slots__ = ("_ctl", "_emit", "_run_id")
-
-    def __init__(self, ctl: TurnControl, emit: bool) -> None:
-        self._ctl = ctl
-        self._run_id = ctl.run_id
-        self._emit = emit
-
-    def __call__(self, cls: Callable[..., RunEvent], **fields: Any) -> tuple[RunEvent, ...]:
-        if not self._emit:
-            return ()
-        return (cls(run_id=self._run_id, seq=self._ctl.next_seq(), **fields),)
-
-
-def result_of(
-    state: TurnState,
-    ctl: TurnControl,
-    finish: str,
-    *,
-    messages: tuple[Message, ...] | None = None,
-    exceeded: str | None = None,
-) -> ExecutionResult:
-    msgs = (*state.input, *state.recorded) if messages is None else messages
-    approvals = tuple(state.pending_approvals) if finish == "awaiting-approval" else ()
-    return ExecutionResult(
-        text=_loop.final_text(msgs),
-        finish_reason=finish,
-        messages=msgs,
-        usage=state.usage,
-        steps=sum(1 for m in state.recorded if m.role == "assistant"),
-        run_id=ctl.run_id,
-        approval_id=approvals[0] if approvals else None,
-        approval_ids=approvals,
-        exceeded=exceeded,
-    )
 
 
 def _steps(
@@ -267,7 +99,7 @@ def _steps(
     ctl: TurnControl,
     state: TurnState,
     history: Sequence[Message],
-    ev: _Emit,
+    ev: Emit,
 ) -> Generator[RunEvent, None, ExecutionResult]:
     used = state.counters()
     finish = "stop"
@@ -278,7 +110,7 @@ def _steps(
         if calls:
             if ctl.left:  # tools left to run and nobody reads: abort
                 raise TurnAborted
-            outcome = yield from _run_calls(cfg, env, ctl, state, calls, used, ev)
+            outcome = yield from run_calls(cfg, env, ctl, state, calls, used, ev)
             used = state.counters()
             if outcome == "paused":
                 ctl.close()
@@ -319,11 +151,11 @@ def _steps(
         yield from ev(UsageEvent, usage=usage, total=state.usage)
         finish = "length" if response.finish_reason == "length" else "stop"
         if message.tool_calls:
-            _save(env, state, ctl, "running")
+            save(env, state, ctl, "running")
 
 
 def _apply_queued(
-    env: TurnEnv, ctl: TurnControl, state: TurnState, ev: _Emit
+    env: TurnEnv, ctl: TurnControl, state: TurnState, ev: Emit
 ) -> Generator[RunEvent, None, None]:
     if not ctl.has_queued():
         return
@@ -332,7 +164,7 @@ def _apply_queued(
     queued, _ = ctl.take_queued()
     if queued:
         state.recorded.extend(queued)
-        _save(env, state, ctl, "running")
+        save(env, state, ctl, "running")
         yield from ev(InputApplied, input=tuple(queued))
 
 
@@ -342,7 +174,7 @@ def _model_call(
     state: TurnState,
     history: Sequence[Message],
     used: Counters,
-    ev: _Emit,
+    ev: Emit,
 ) -> Generator[RunEvent, None, ModelResponse | None]:
     """One model call (None when a steer aborted it). A stream that breaks mid-way with a
     retryable error is made again, within the provider's retry budget, as long as no
@@ -395,7 +227,7 @@ def _stream_once(
     cfg: TurnConfig,
     ctl: TurnControl,
     request: ModelRequest,
-    ev: _Emit,
+    ev: Emit,
     seen: _Seen,
     step: int | None,
 ) -> Generator[RunEvent, None, ModelResponse | None]:
@@ -461,141 +293,3 @@ def _stream_once(
     return response
 
 
-def _run_calls(
-    cfg: TurnConfig,
-    env: TurnEnv,
-    ctl: TurnControl,
-    state: TurnState,
-    calls: list[ToolCall],
-    used: Counters,
-    ev: _Emit,
-) -> Generator[RunEvent, None, str | None]:
-    """Run the step's unresolved calls in order. Returns "paused", a limit name, or None."""
-    decisions = _decisions(env, state)
-    paused = False
-    for index, call in enumerate(calls):
-        if ctl.signal.aborted:
-            raise TurnAborted
-        if ctl.steer_requested():
-            _skip(state, calls[index:], "skipped: the user sent a new message before it ran")
-            _save(env, state, ctl, "running")
-            return None
-        tool = cfg.tools.get(call.name)
-        if call.id in state.started and tool is not None and tool.on_interrupted == "report":
-            yield from _record(env, ctl, state, call, _IN_DOUBT.format(call=call), True, ev)
-            continue
-        decision = decisions.get(call.id)
-        if decision is None and tool is not None and tool.validate(call.arguments) is None:
-            needs = tool.requires_approval(call.arguments)
-            if needs:
-                decision = yield from _ask(env, state, call, ev)
-                if decision is None:
-                    paused = True
-                    continue
-        if decision is not None and not decision[0]:
-            reason = f": {decision[1]}" if decision[1] else ""
-            yield from _record(env, ctl, state, call, f"denied by a human{reason}", True, ev)
-            continue
-        exceeded = _limit_tool(cfg.limits, used) or _limit_tool(
-            env.session_limits, env.session_used + used
-        )
-        if exceeded:
-            _skip(state, calls[index:], f"not run: the turn reached its limit {exceeded}")
-            _save(env, state, ctl, "running")
-            return exceeded
-        yield from ev(ToolCallStart, call=call)
-        state.started.append(call.id)
-        _save(env, state, ctl, "running")
-        context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
-        with ctl.otel.tool_call(call) as span:  # tracing (issue 18)
-            text, is_error = run_tool(tool, call, context=context)
-            span.tool_result(is_error, text)
-        if ctl.signal.aborted:
-            raise TurnAborted
-        used = used.add(tool_calls=1)
-        yield from _record(env, ctl, state, call, text, is_error, ev)
-    if paused:
-        ctl.drop_queued()  # input not applied yet leaves no trace: its callers get an error
-        _save(env, state, ctl, "awaiting-approval")
-        return "paused"
-    state.pending_approvals.clear()
-    return None
-
-
-_IN_DOUBT = (
-    "error: the call {call.id} to {call.name} was interrupted (the process stopped while it "
-    "ran); it may or may not have taken effect, so it was not run again. Check before retrying."
-)
-
-
-def _record(
-    env: TurnEnv,
-    ctl: TurnControl,
-    state: TurnState,
-    call: ToolCall,
-    text: str,
-    is_error: bool,
-    ev: _Emit,
-) -> Generator[RunEvent, None, None]:
-    state.recorded.append(Message("tool", text, tool_call_id=call.id, is_error=is_error))
-    if call.id in state.started:
-        state.started.remove(call.id)
-    _save(env, state, ctl, "running")
-    yield from ev(ToolResultEvent, call_id=call.id, result=text, is_error=is_error)
-
-
-def _skip(state: TurnState, calls: Sequence[ToolCall], text: str) -> None:
-    for call in calls:
-        state.recorded.append(Message("tool", text, tool_call_id=call.id, is_error=True))
-
-
-def _decisions(env: TurnEnv, state: TurnState) -> dict[str, tuple[bool, str | None]]:
-    """Decisions already taken on this turn's approvals, by call id (None while pending)."""
-    out: dict[str, tuple[bool, str | None]] = {}
-    approvals = env.writer.approvals
-    if not state.pending_approvals or approvals is None:
-        return out
-    still: list[str] = []
-    for approval_id in state.pending_approvals:
-        record = approvals.get(approval_id)
-        if record is None:
-            continue
-        if record.status == "pending":
-            still.append(approval_id)
-        else:
-            out[record.call.id] = (record.status == "approved", record.reason)
-    state.pending_approvals[:] = still
-    return out
-
-
-def _ask(
-    env: TurnEnv, state: TurnState, call: ToolCall, ev: _Emit
-) -> Generator[RunEvent, None, tuple[bool, str | None] | None]:
-    """Ask for a decision: inline through ``approve``, or by an approval record (pause)."""
-    writer = env.writer
-    if writer.approvals is not None:
-        for approval_id in state.pending_approvals:
-            record = writer.approvals.get(approval_id)
-            if record is not None and record.call.id == call.id:
-                return None  # still pending
-    record = ApprovalRecord(
-        id=new_id(),
-        session_id=state.session_id,
-        checkpoint_key=state.key or "",
-        call=call,
-    )
-    if env.approve is not None:
-        approved = bool(env.approve(record))
-        return (approved, None)
-    if writer.approvals is None or not writer.durable:
-        from .errors import ConfigError
-
-        raise ConfigError(
-            f"tool {call.name!r} needs approval, but this run has no approval store and "
-            "checkpoint store to pause in: pass approval_store= and checkpoint_store= (or use "
-            "an agent, which has in-memory ones), or an approve= callback"
-        )
-    writer.create_approval(record)
-    state.pending_approvals.append(record.id)
-    yield from ev(ApprovalRequested, approval_id=record.id, call=call)
-    return None

@@ -11,25 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from . import _otel
 from ._lease_hold import LeaseHold
 from ._persistence import commit_turn
+from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, awaiting_error, state_for
-from ._writes import TurnWriter, fenced
 from .compaction import (
-    Compaction,
-    TokenTally,
     check_keep_last,
-    estimate_tokens,
-    fixed_tokens,
-    is_summary,
-    split_point,
-    summarise,
 )
 from .control import TurnControl
 from .errors import (
@@ -39,20 +31,19 @@ from .errors import (
     SessionAwaitingApprovalError,
     SessionBusyError,
 )
-from .events import CompactionDone, CompactionStart, ContextCleared, ListenerEvent, RunEvent
-from .executor import ApproveCallback, TurnConfig, TurnEnv, TurnState
+from .events import ContextCleared, ListenerEvent, RunEvent
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
-from .limits import Limits, exceeded_before_model_call
+from .limits import Limits
 from .messages import Message, Usage
-from .records import Checkpoint
 from .results import ExecutionResult, PendingTurn
 from .run import AgentRun
 from .signal import Signal, link
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore
-from .turns import drive, play, resumed_turn, session_key, session_prefix
+from .turn_state import ApproveCallback, TurnState
+from .turns import drive, play, resumed_turn, session_key
 
-__all__ = ["AgentBase", "Session", "TurnPolicy", "new_session_id", "validate_session_id"]
+__all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,18 +54,6 @@ _RESUME_HINT = (
     "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
     "with session.discard_pending()"
 )
-
-
-@attrs.frozen(slots=True, kw_only=True)
-class AgentBase:
-    """What an agent hands each of its sessions, built once: the turn config, the
-    automatic compaction policy, and where turns that are not durable keep a paused turn."""
-
-    config: TurnConfig
-    compaction: Compaction | None = None
-    scratch: CheckpointStore
-    pin: Callable[[str, SessionStore, bool], None] | None = None
-    """Told when a turn of a session starts (True) or stops (False) waiting on approvals."""
 
 
 class Session:
@@ -101,16 +80,14 @@ class Session:
             raise ConfigError(
                 f"turn_policy must be one of {', '.join(_POLICIES)}; got {turn_policy!r}"
             )
-        self._base = base
         self._id = id
-        self._sessions = sessions
-        self._checkpoints = checkpoints
-        self._approvals = approvals
-        self._committer = committer
+        self._state = state_for(sessions, id)
+        self._p = SessionParts(
+            base=base, id=id, sessions=sessions, checkpoints=checkpoints, approvals=approvals,
+            committer=committer, state=self._state, lease_ttl_s=lease_ttl_s,
+        )
         self.turn_policy: TurnPolicy = turn_policy
         self.limits = limits
-        self._lease_ttl_s = lease_ttl_s
-        self._state = state_for(sessions, id)
 
     # --- plain members ---------------------------------------------------------------------
     @property
@@ -121,17 +98,17 @@ class Session:
     @property
     def store(self) -> SessionStore:
         """The session store holding the transcript."""
-        return self._sessions
+        return self._p.sessions
 
     @property
     def checkpoint_store(self) -> CheckpointStore | None:
-        """Where this session's turns are checkpointed."""
-        return self._checkpoints
+        """Where this session's turns are checkpointed (None: not durable)."""
+        return self._p.checkpoints
 
     @property
     def approval_store(self) -> ApprovalStore | None:
         """Where this session's approvals are kept."""
-        return self._approvals
+        return self._p.approvals
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -186,7 +163,7 @@ class Session:
         st = self._state
         control = TurnControl()
         with st.lock:
-            st.raise_if_awaiting_locked(self._approvals)
+            st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
@@ -257,7 +234,7 @@ class Session:
             if not st.wait_for_slot(ticket, control.signal):
                 result = _aborted(control)
             else:
-                hold = st.hold(self._lease_ttl_s)
+                hold = st.hold(self._p.lease_ttl_s)
                 try:
                     if hold is not None and not hold.acquire(
                         wait=self.turn_policy != "reject", signal=control.signal
@@ -269,7 +246,7 @@ class Session:
                         if msgs is None:
                             result = resumed
                         else:
-                            self._maybe_compact(msgs, control.signal, hold)
+                            self._p.maybe_compact(msgs, control.signal, hold, self.limits)
                             result = yield from self._new_turn(control, msgs, approve, hold,
                                                                emit)
                             if resumed is not None:
@@ -289,15 +266,6 @@ class Session:
             control.close()
             st.release_slot(turn)
 
-    def _writer(self, key: str, hold: LeaseHold | None) -> TurnWriter:
-        checkpoints = self._checkpoints or self._base.scratch
-        return TurnWriter(checkpoints, self._approvals, key, hold)
-
-    def _env(self, writer: TurnWriter, approve: ApproveCallback | None) -> TurnEnv:
-        return TurnEnv(writer=writer, approve=approve, session_limits=self.limits,
-                       session_used=self._state.used,
-                       durable=self._checkpoints is not None)
-
     def _play(
         self,
         control: TurnControl,
@@ -311,23 +279,24 @@ class Session:
     ) -> Generator[RunEvent, None, ExecutionResult]:
         st = self._state
         assert state.key is not None
-        writer = self._writer(state.key, hold)
-        committer = self._committer if writer.checkpoints is self._checkpoints else None
+        writer = self._p.writer(state.key, hold)
+        committer = self._p.committer if writer.checkpoints is self._p.checkpoints else None
 
         def commit(_: TurnState, result: ExecutionResult) -> None:
             commit_turn(st, result.messages, writer=writer, committer=committer, hold=hold,
                         release=last)
 
         result: ExecutionResult = yield from play(
-            self._base.config, self._env(writer, approve), control, state, st.messages,
+            self._p.base.config, self._p.env(writer, approve, self.limits), control, state,
+            st.messages,
             emit=emit, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT,
         )
         paused = result.finish_reason == "awaiting-approval"
         if paused:
             with st.lock:
                 st.awaiting = result.approval_id
-        if self._base.pin is not None:
-            self._base.pin(self._id, self._sessions, paused)
+        if self._p.base.pin is not None:
+            self._p.base.pin(self._id, self._p.sessions, paused)
         return result
 
     def _new_turn(
@@ -348,11 +317,11 @@ class Session:
     def _finish_pending(
         self, control: TurnControl, hold: LeaseHold | None, *, last: bool
     ) -> ExecutionResult | None:
-        cp = self._pending_checkpoint()
+        cp = self._p.pending_checkpoint()
         if cp is None:
             return None
         if cp.status == "awaiting-approval":
-            pending = self._still_pending(cp)
+            pending = self._p.still_pending(cp)
             if pending:
                 with self._state.lock:
                     self._state.awaiting = pending[0]
@@ -376,20 +345,6 @@ class Session:
         with st.lock:
             return tuple(st.messages)
 
-    def _pending_checkpoint(self) -> Checkpoint | None:
-        store = self._checkpoints or self._base.scratch
-        return store.load(session_key(self._id, len(self._state.messages)))
-
-    def _still_pending(self, cp: Checkpoint) -> list[str]:
-        if self._approvals is None:
-            return []
-        out = []
-        for approval_id in cp.pending_approval_ids:
-            record = self._approvals.get(approval_id)
-            if record is not None and record.status == "pending":
-                out.append(approval_id)
-        return out
-
     # --- pending turns -----------------------------------------------------------------------
     def pending(self) -> PendingTurn | None:
         """The unfinished turn (``"interrupted"`` or ``"awaiting-approval"``), or None."""
@@ -397,30 +352,30 @@ class Session:
         if st.busy:
             return None
         st.sync()
-        cp = self._pending_checkpoint()
+        cp = self._p.pending_checkpoint()
         if cp is None:
             return None
         if cp.status == "awaiting-approval":
-            pending = self._still_pending(cp)
+            pending = self._p.still_pending(cp)
             if pending:
                 return PendingTurn("awaiting-approval", pending[0])
         return PendingTurn("interrupted")
 
     def discard_pending(self) -> None:
         """Drop the unfinished turn (and deny its open approvals) without running it."""
-        with self._exclusive("discard_pending()") as hold:
-            cp = self._pending_checkpoint()
+        with self._p.exclusive("discard_pending()") as hold:
+            cp = self._p.pending_checkpoint(drop_unreadable=True, hold=hold)
             if cp is None:
                 return
-            for approval_id in self._still_pending(cp):
-                assert self._approvals is not None
+            for approval_id in self._p.still_pending(cp):
+                assert self._p.approvals is not None
                 with contextlib.suppress(ApprovalAlreadyResolvedError):
-                    self._approvals.resolve(approval_id, approved=False, reason="discarded")
-            self._writer(cp.key, hold).delete()
+                    self._p.approvals.resolve(approval_id, approved=False, reason="discarded")
+            self._p.writer(cp.key, hold).delete()
             with self._state.lock:
                 self._state.awaiting = None
-            if self._base.pin is not None:
-                self._base.pin(self._id, self._sessions, False)
+            if self._p.base.pin is not None:
+                self._p.base.pin(self._id, self._p.sessions, False)
 
     def clear(self) -> None:
         """Empty the transcript and save it empty; deletes an interrupted turn.
@@ -428,46 +383,14 @@ class Session:
         Raises SessionBusyError while a turn runs and SessionAwaitingApprovalError while a
         turn waits on an approval. Session budgets count again from zero.
         """
-        with self._exclusive("clear()") as hold:
-            cp = self._pending_checkpoint()
+        with self._p.exclusive("clear()") as hold:
+            cp = self._p.pending_checkpoint(drop_unreadable=True, hold=hold)
             if cp is not None and cp.status == "awaiting-approval":
-                pending = self._still_pending(cp)
+                pending = self._p.still_pending(cp)
                 if pending:
                     raise awaiting_error(self._id, pending[0], "clear()")
-            self._save_transcript([], hold)
+            self._p.save_transcript([], hold)
         self._state.emit(ContextCleared)
-
-    def _save_transcript(self, messages: list[Message], hold: LeaseHold | None) -> None:
-        """Replace the stored transcript (clear, compact) and drop every turn checkpoint of
-        the session: none pends (checked by the caller), and a shorter transcript would
-        otherwise take a leftover ``<id>.turn-<n>`` for its own."""
-        st = self._state
-        fence = hold.fence() if hold is not None else None
-        kw = {"fence": fence} if fence is not None and fenced(self._sessions) else {}
-        self._sessions.save(self._id, messages, **kw)
-        for store in {id(s): s for s in (self._checkpoints, self._base.scratch) if s}.values():
-            for key in store.keys(session_prefix(self._id)):
-                TurnWriter(store, None, key, hold).delete()
-        revision = self._sessions.revision(self._id) if st.has_revision else None  # type: ignore[attr-defined]
-        st.replace(messages, revision)
-
-    @contextlib.contextmanager
-    def _exclusive(self, what: str) -> Iterator[LeaseHold | None]:
-        """Hold the slot and the lease (refused at once when busy) with a current cache."""
-        st = self._state
-        turn = st.claim(what)
-        try:
-            hold = st.hold(self._lease_ttl_s)
-            if hold is None:
-                st.sync()
-                yield None
-                return
-            hold.acquire(wait=False)
-            with hold:
-                st.sync()
-                yield hold
-        finally:
-            st.release_slot(turn)
 
     # --- compaction ---------------------------------------------------------------------------
     def compact(
@@ -484,10 +407,10 @@ class Session:
         model call, no event, False.
         """
         check_keep_last(keep_last)
-        with self._exclusive("compact()") as hold:
-            cp = self._pending_checkpoint()
+        with self._p.exclusive("compact()") as hold:
+            cp = self._p.pending_checkpoint()
             if cp is not None:
-                pending = self._still_pending(cp) if cp.status == "awaiting-approval" else []
+                pending = self._p.still_pending(cp) if cp.status == "awaiting-approval" else []
                 if pending:
                     raise awaiting_error(self._id, pending[0], "compact()")
                 raise SessionBusyError(
@@ -495,81 +418,15 @@ class Session:
                     "discard_pending() it before compact()",
                     session_id=self._id,
                 )
-            return self._compact_held(keep_last, instructions, signal, hold)
-
-    def _compact_held(
-        self, keep_last: int, instructions: str | None, signal: Signal | None,
-        hold: LeaseHold | None,
-    ) -> bool:
-        st = self._state
-        messages = st.messages
-        before = len(messages)
-        cut = split_point(messages, keep_last)
-        if cut == 0 or (cut == 1 and is_summary(messages[0])):
-            return False
-        st.emit(CompactionStart, messages_before=before)
-        cfg = self._base.config
-        with _otel.compaction(self._id, before):  # tracing (issue 18)
-            summary = summarise(
-                cfg.provider, messages[:cut], settings=cfg.settings, prices=cfg.prices,
-                cost_required=_cost_limited(cfg.limits) or _cost_limited(self.limits),
-                instructions=instructions, signal=signal, session_id=self._id,
-            )
-        new = [summary, *messages[cut:]]
-        self._save_transcript(new, hold)
-        _log.info("session %s: compacted %d messages into a summary (%d -> %d)", self._id,
-                  cut, before, len(new))
-        st.emit(CompactionDone, messages_before=before, messages_after=len(new))
-        return True
+            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits)
 
     def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
         """Estimated input tokens of the next model call: system prompt, tool specs,
         transcript and ``new_input`` (see :mod:`lousho_sync.compaction`)."""
-        st = self._state
-        with st.lock:
-            if not isinstance(st.token_tally, TokenTally):
-                st.token_tally = TokenTally()
-            tally = st.token_tally
-        cfg = self._base.config
-        return (fixed_tokens(cfg.system, cfg.tool_specs) + tally.tokens(st.messages)
-                + sum(estimate_tokens(m) for m in new_input))
-
-    def _maybe_compact(
-        self, new_input: Sequence[Message], signal: Signal, hold: LeaseHold | None
-    ) -> bool:
-        """The automatic policy, at the start of a turn holding the slot and the lease:
-        compact when the estimated input exceeds the agent's ``Compaction`` limit.
-
-        Skipped when a turn pends and when the session budget is already spent (the turn
-        will be refused anyway). An abort during the summary call is swallowed (the turn
-        then sees the abort); any other failure raises, transcript unchanged.
-        """
-        policy = self._base.compaction
-        if policy is None:
-            return False
-        estimate = self.estimate_input_tokens(new_input)
-        if estimate <= policy.max_input_tokens:
-            return False
-        if self._pending_checkpoint() is not None:
-            return False
-        if exceeded_before_model_call(self.limits, self._state.used) is not None:
-            return False
-        _log.info("session %s: estimated input %d tokens > %d; compacting", self._id,
-                  estimate, policy.max_input_tokens)
-        try:
-            return self._compact_held(policy.keep_last, policy.instructions, signal, hold)
-        except Exception:
-            if signal.aborted:
-                _log.info("session %s: compaction aborted with its turn", self._id)
-                return False
-            raise
+        return self._p.estimate_input_tokens(new_input)
 
     def __repr__(self) -> str:
         return f"<Session {self._id!r} policy={self.turn_policy}>"
-
-
-def _cost_limited(limits: Limits | None) -> bool:
-    return limits is not None and limits.max_cost_usd is not None
 
 
 def _aborted(control: TurnControl) -> ExecutionResult:

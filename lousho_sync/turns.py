@@ -37,15 +37,7 @@ from ._writes import TurnWriter
 from .control import TurnControl
 from .errors import LeaseLostError, LoushoError
 from .events import RunEvent
-from .executor import (
-    ApproveCallback,
-    TurnAborted,
-    TurnConfig,
-    TurnEnv,
-    TurnState,
-    result_of,
-    steps,
-)
+from .executor import steps
 from .inputs import to_messages
 from .limits import Limits
 from .messages import Message
@@ -55,6 +47,14 @@ from .results import ExecutionResult
 from .signal import Signal, link
 from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool
+from .turn_state import (
+    ApproveCallback,
+    TurnAborted,
+    TurnConfig,
+    TurnEnv,
+    TurnState,
+    result_of,
+)
 
 __all__ = [
     "AgentExecutor",
