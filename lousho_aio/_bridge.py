@@ -62,7 +62,7 @@ __all__ = [
     "wait",
 ]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("lousho_sync.aio")  # one logger tree: lousho_sync
 
 T = TypeVar("T")
 

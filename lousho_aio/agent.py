@@ -8,6 +8,7 @@ from typing import Any
 
 from lousho_sync import agent as _sync_agent
 from lousho_sync.agent import Agent, Approvals
+from lousho_sync.compaction import Compaction
 from lousho_sync.inputs import InputLike
 from lousho_sync.limits import Limits, Price
 from lousho_sync.providers.base import Provider
@@ -15,6 +16,7 @@ from lousho_sync.results import ExecutionResult
 from lousho_sync.session import TurnPolicy
 from lousho_sync.signal import Signal
 from lousho_sync.stores.base import ApprovalRecord, ApprovalStore, CheckpointStore
+from lousho_sync.stores.bundle import AnyStore
 from lousho_sync.tools import Tool
 
 from . import _bridge
@@ -71,7 +73,7 @@ class AsyncAgent:
         return self._agent.prices
 
     @property
-    def compaction(self) -> Any:
+    def compaction(self) -> Compaction | None:
         """The automatic compaction policy."""
         return self._agent.compaction
 
@@ -120,7 +122,7 @@ class AsyncAgent:
         self,
         id: str | None = None,
         *,
-        store: object = None,
+        store: AnyStore | None = None,
         checkpoint_store: CheckpointStore | None = None,
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
@@ -173,12 +175,12 @@ def create_agent(
     provider: Provider | None = None,
     model: str | None = None,
     tools: Iterable[Tool] = (),
-    store: object = None,
+    store: AnyStore | None = None,
     approval_store: ApprovalStore | None = None,
     limits: Limits | None = None,
     prices: Mapping[str, Price] | None = None,
     project_instructions: bool | str | Path = False,
-    compaction: Any = None,
+    compaction: Compaction | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> AsyncAgent:
     """Build an :class:`AsyncAgent` (same parameters as ``lousho_sync.create_agent``)."""

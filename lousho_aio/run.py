@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from lousho_sync.errors import RunConsumedError, RunTimeoutError
-from lousho_sync.events import RunEvent
+from lousho_sync.events import Event
 from lousho_sync.inputs import InputLike
 from lousho_sync.results import ExecutionResult
 from lousho_sync.run import AgentRun
@@ -29,7 +29,7 @@ class AsyncAgentRun:
 
     def __init__(self, run: AgentRun) -> None:
         self._run = run
-        self._pump: _bridge.EventPump[RunEvent] | None = None
+        self._pump: _bridge.EventPump[Event] | None = None
         self._driver: asyncio.Future[ExecutionResult] | None = None
 
     @property
@@ -47,7 +47,7 @@ class AsyncAgentRun:
         """True once the run has ended (``result()`` will not wait)."""
         return self._run.done
 
-    def __aiter__(self) -> AsyncIterator[RunEvent]:
+    def __aiter__(self) -> AsyncIterator[Event]:
         if self._pump is not None or self._driver is not None:
             raise RunConsumedError(
                 f"run {self.run_id} is already being read (iterate an AsyncAgentRun once, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from lousho_sync.events import SessionEvent
+from lousho_sync.events import ListenerEvent
 from lousho_sync.inputs import InputLike
 from lousho_sync.limits import Limits
 from lousho_sync.messages import Message
@@ -91,7 +91,7 @@ class AsyncSession:
         loaded reads the store in the calling thread: ``await load()`` first to avoid it."""
         return self._session.messages
 
-    def on(self, listener: Callable[[SessionEvent], object]) -> Callable[[], None]:
+    def on(self, listener: Callable[[ListenerEvent], object]) -> Callable[[], None]:
         """Listen for ``compaction.*`` and ``context.cleared`` events (the listener runs in
         the thread that emits them: a pool thread); returns a remover."""
         return self._session.on(listener)

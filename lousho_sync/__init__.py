@@ -2,7 +2,18 @@
 
 The blocking core. ``SqliteStore`` lives in :mod:`lousho_sync.sqlite` and ``RedisStore`` in
 :mod:`lousho_sync.redis`; importing this package imports neither sqlite3 nor redis.
+
+Logging: every record goes to the ``lousho_sync`` logger or a child named after its module
+(``lousho_sync.executor`` for turns, steps, tool calls and checkpoint writes at DEBUG, with
+``extra={"session_id", "run_id"}``; ``lousho_sync.session``, ``lousho_sync.compaction``,
+``lousho_sync.stores.sqlite``/``.redis``/``.files`` for leases (takeovers at INFO, the
+liveness probe at DEBUG in ``lousho_sync.stores._lease``), ``lousho_sync.providers._http``
+for requests and retries, ``lousho_sync.aio`` for ``lousho_aio``). The ``lousho_sync``
+logger has a ``NullHandler``: configure logging in your application to see the records.
+Tracing: see :mod:`lousho_sync._otel` (the ``otel`` extra).
 """
+
+import logging as _logging
 
 from .agent import Agent, Approvals, create_agent
 from .compaction import Compaction
@@ -41,6 +52,7 @@ from .events import (
     Event,
     InputApplied,
     InputQueued,
+    ListenerEvent,
     RunDone,
     RunEvent,
     RunFailed,
@@ -131,6 +143,7 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
+    "ListenerEvent",
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
@@ -197,3 +210,5 @@ __all__ = [
     "resolve_model",
     "tool",
 ]
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
+from . import _otel
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState
 from ._writes import TurnWriter
@@ -162,11 +163,12 @@ class SessionParts:
             return False
         st.emit(CompactionStart, messages_before=before)
         cfg = self.base.config
-        summary = summarise(
-            cfg.provider, messages[:cut], settings=cfg.settings, prices=cfg.prices,
-            cost_required=_cost_limited(cfg.limits) or _cost_limited(limits),
-            instructions=instructions, signal=signal, session_id=self.id,
-        )
+        with _otel.compaction(self.id, before):  # tracing (issue 18)
+            summary = summarise(
+                cfg.provider, messages[:cut], settings=cfg.settings, prices=cfg.prices,
+                cost_required=_cost_limited(cfg.limits) or _cost_limited(limits),
+                instructions=instructions, signal=signal, session_id=self.id,
+            )
         new = [summary, *messages[cut:]]
         self.save_transcript(new, hold)
         _log.info("session %s: compacted %d messages into a summary (%d -> %d)", self.id,

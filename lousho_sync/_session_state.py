@@ -23,7 +23,7 @@ from ._lease_hold import LeaseHold
 from .callers import current_caller
 from .control import TurnControl
 from .errors import SessionAwaitingApprovalError, SessionBusyError
-from .events import SessionEvent
+from .events import ListenerEvent
 from .limits import Counters
 from .messages import Message, Usage
 from .results import ExecutionResult
@@ -108,7 +108,7 @@ class SessionState:
         self.leased = supports_lease(store)
         self.revisioned: Revisioned | None = store if isinstance(store, Revisioned) else None
         self.has_revision = self.revisioned is not None
-        self.listeners: list[Callable[[SessionEvent], object]] = []
+        self.listeners: list[Callable[[ListenerEvent], object]] = []
         self.event_seq = itertools.count()
         self.token_tally: object = None  # compaction's estimate, kept with the transcript
 
@@ -261,7 +261,7 @@ class SessionState:
             self.revision = revision
 
     # --- listeners ---------------------------------------------------------------------------
-    def emit(self, cls: Callable[..., SessionEvent], **fields: Any) -> None:
+    def emit(self, cls: Callable[..., ListenerEvent], **fields: Any) -> None:
         """Deliver a session event to every listener of this session id (a listener that
         raises is logged and skipped)."""
         event = cls(session_id=self.id, seq=next(self.event_seq), **fields)

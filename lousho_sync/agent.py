@@ -32,6 +32,7 @@ from .stores.base import (
     TurnCommitter,
     turn_committer,
 )
+from .stores.bundle import AnyStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
 from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
@@ -72,7 +73,7 @@ class Agent:
         provider: Provider,
         instructions: str | None = None,
         tools: Iterable[Tool] = (),
-        store: object = None,
+        store: AnyStore | None = None,
         approval_store: ApprovalStore | None = None,
         limits: Limits | None = None,
         prices: Mapping[str, Price] | None = None,
@@ -200,7 +201,7 @@ class Agent:
         self,
         id: str | None = None,
         *,
-        store: object = None,
+        store: AnyStore | None = None,
         checkpoint_store: CheckpointStore | None = None,
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
@@ -355,7 +356,7 @@ def create_agent(
     provider: Provider | None = None,
     model: str | None = None,
     tools: Iterable[Tool] = (),
-    store: object = None,
+    store: AnyStore | None = None,
     approval_store: ApprovalStore | None = None,
     limits: Limits | None = None,
     prices: Mapping[str, Price] | None = None,

@@ -30,6 +30,7 @@ import cattrs
 from .errors import InvalidInputError, StoreCorruptError
 from .messages import FilePart, ImagePart, Message, Part, TextPart, ToolCall, Usage
 from .records import ApprovalRecord, Checkpoint
+from .results import ExecutionResult
 
 __all__ = [
     "FORMAT_VERSION",
@@ -47,6 +48,8 @@ __all__ = [
     "loads_messages",
     "message_from_dict",
     "message_to_dict",
+    "result_from_dict",
+    "result_to_dict",
 ]
 
 FORMAT_VERSION = 1
@@ -570,6 +573,52 @@ def approval_to_dict(r: ApprovalRecord) -> dict[str, Any]:
 def approval_from_dict(d: Mapping[str, Any]) -> ApprovalRecord:
     """The approval record of a dict made by :func:`approval_to_dict`."""
     return _converter.structure(d, ApprovalRecord)
+
+
+_RESULT_KEYS = frozenset(
+    ("v", "text", "finish_reason", "messages", "usage", "steps", "run_id", "approval_id",
+     "approval_ids", "exceeded")
+)
+
+
+def result_to_dict(r: ExecutionResult) -> dict[str, Any]:
+    """The JSON-ready dict of a turn's result (with ``"v"``; its messages as
+    :func:`message_to_dict` writes them; ``None``/empty fields left out)."""
+    d: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "text": r.text,
+        "finish_reason": r.finish_reason,
+        "messages": [_unstructure_message(m) for m in r.messages],
+        "usage": _unstructure_usage(r.usage),
+        "steps": r.steps,
+        "run_id": r.run_id,
+    }
+    if r.approval_id is not None:
+        d["approval_id"] = r.approval_id
+    if r.approval_ids:
+        d["approval_ids"] = list(r.approval_ids)
+    if r.exceeded is not None:
+        d["exceeded"] = r.exceeded
+    return d
+
+
+def result_from_dict(d: Mapping[str, Any]) -> ExecutionResult:
+    """The result of a dict made by :func:`result_to_dict`; a malformed dict raises
+    ``StoreCorruptError`` naming the field."""
+    d = _mapping(d, "a result")
+    _check_version(d, "the result")
+    what = "result"
+    return ExecutionResult(
+        text=_str(_field(d, "text", what), "result 'text'"),
+        finish_reason=_str(_field(d, "finish_reason", what), "result 'finish_reason'"),
+        messages=_structure_messages(d.get("messages", []), "result 'messages'"),
+        usage=_structure_usage(d.get("usage", {})),
+        steps=_int(d.get("steps", 0), "result 'steps'"),
+        run_id=_str(_field(d, "run_id", what), "result 'run_id'"),
+        approval_id=_opt_str(d.get("approval_id"), "result 'approval_id'"),
+        approval_ids=_str_tuple(d.get("approval_ids", []), "result 'approval_ids'"),
+        exceeded=_opt_str(d.get("exceeded"), "result 'exceeded'"),
+    )
 
 
 def _dumps(value: object, what: str) -> str:

@@ -36,6 +36,8 @@ Warnings (``warnings.warn``; each also logged once at WARNING)::
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AbortedError",
     "ApprovalAlreadyResolvedError",
@@ -65,8 +67,20 @@ __all__ = [
 ]
 
 
+def _restore(cls: type[BaseException], args: tuple[object, ...], fields: dict[str, object]) -> Any:
+    """Unpickle an error without calling its ``__init__`` (whose keyword-only arguments
+    pickle cannot pass)."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
+
 class LoushoError(Exception):
     """Root of every lousho error; ``code`` is a stable string.
+
+    Every lousho error pickles (and ``copy.deepcopy``-s) with its message, ``code`` and
+    fields, so it can cross a process boundary (``multiprocessing``, Celery).
 
     ``pending`` is set on errors raised by a session's ``send``/``stream``/``resume`` (and
     a one-shot run's): True when a turn was kept and pends (finish it with ``resume()`` or
@@ -75,6 +89,9 @@ class LoushoError(Exception):
 
     code: str = "LOUSHO_ERROR"
     pending: bool | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
 
 
 class InvalidInputError(LoushoError, TypeError):

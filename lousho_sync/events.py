@@ -1,5 +1,9 @@
 """Typed stream events. The ``type`` strings are permanent public API.
 
+Each class's ``type`` is a ``Literal``: iterating a run yields :data:`Event` (the union of
+the run events) and a session listener receives :data:`ListenerEvent`, so comparing
+``event.type`` with a string narrows the event to its class under a type checker.
+
 Run events carry ``run_id`` (of the handle they are read from) and ``seq`` (0, 1, 2, … per
 run). Session listener events (``compaction.*``, ``context.cleared``) carry ``session_id``
 and ``seq`` instead of ``run_id``.
@@ -7,7 +11,7 @@ and ``seq`` instead of ``run_id``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeAlias
 
 import attrs
 
@@ -24,6 +28,7 @@ __all__ = [
     "Event",
     "InputApplied",
     "InputQueued",
+    "ListenerEvent",
     "RunDone",
     "RunEvent",
     "RunFailed",
@@ -50,7 +55,7 @@ class RunEvent:
 class RunStart(RunEvent):
     """The turn started; ``input`` is its user messages."""
 
-    type: ClassVar[str] = "run.start"
+    type: ClassVar[Literal["run.start"]] = "run.start"
     session_id: str | None
     input: tuple[Message, ...]
 
@@ -59,7 +64,7 @@ class RunStart(RunEvent):
 class StepStart(RunEvent):
     """A model call starts; ``step`` is 1 for the first."""
 
-    type: ClassVar[str] = "step.start"
+    type: ClassVar[Literal["step.start"]] = "step.start"
     step: int
 
 
@@ -67,7 +72,7 @@ class StepStart(RunEvent):
 class TextDelta(RunEvent):
     """A piece of the assistant's text, as it arrives."""
 
-    type: ClassVar[str] = "text.delta"
+    type: ClassVar[Literal["text.delta"]] = "text.delta"
     text: str
 
 
@@ -75,7 +80,7 @@ class TextDelta(RunEvent):
 class ToolCallStart(RunEvent):
     """A tool call is about to run."""
 
-    type: ClassVar[str] = "tool.call"
+    type: ClassVar[Literal["tool.call"]] = "tool.call"
     call: ToolCall
 
 
@@ -83,7 +88,7 @@ class ToolCallStart(RunEvent):
 class ToolResultEvent(RunEvent):
     """A tool call's result (as sent to the model)."""
 
-    type: ClassVar[str] = "tool.result"
+    type: ClassVar[Literal["tool.result"]] = "tool.result"
     call_id: str
     result: str
     is_error: bool
@@ -93,7 +98,7 @@ class ToolResultEvent(RunEvent):
 class ApprovalRequested(RunEvent):
     """A ``needs_approval`` tool call waits for ``approvals.resolve(approval_id)``."""
 
-    type: ClassVar[str] = "approval.requested"
+    type: ClassVar[Literal["approval.requested"]] = "approval.requested"
     approval_id: str
     call: ToolCall
 
@@ -102,7 +107,7 @@ class ApprovalRequested(RunEvent):
 class InputQueued(RunEvent):
     """Input was queued into the running turn (``enqueue``/``steer`` or a joining call)."""
 
-    type: ClassVar[str] = "input.queued"
+    type: ClassVar[Literal["input.queued"]] = "input.queued"
     input: tuple[Message, ...]
 
 
@@ -110,7 +115,7 @@ class InputQueued(RunEvent):
 class InputApplied(RunEvent):
     """Queued input joined the conversation; the next model call sees it."""
 
-    type: ClassVar[str] = "input.applied"
+    type: ClassVar[Literal["input.applied"]] = "input.applied"
     input: tuple[Message, ...]
 
 
@@ -118,24 +123,33 @@ class InputApplied(RunEvent):
 class UsageEvent(RunEvent):
     """Usage of one model call (``usage``) and of the turn so far (``total``)."""
 
-    type: ClassVar[str] = "usage"
+    type: ClassVar[Literal["usage"]] = "usage"
     usage: Usage
     total: Usage
 
 
+def _same_error(a: BaseException, b: BaseException) -> bool:
+    # Exceptions compare by identity; one that crossed a process (pickle) is a copy.
+    if a is b:
+        return True
+    same_fields = getattr(a, "__dict__", None) == getattr(b, "__dict__", None)
+    return type(a) is type(b) and a.args == b.args and same_fields
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class RunFailed(RunEvent):
-    """The run failed with ``error``; ``run.done`` follows."""
+    """The run failed with ``error``; ``run.done`` follows. Two are equal when their errors
+    have the same type, arguments and fields (as after a pickle round trip)."""
 
-    type: ClassVar[str] = "error"
-    error: BaseException
+    type: ClassVar[Literal["error"]] = "error"
+    error: BaseException = attrs.field(eq=attrs.cmp_using(eq=_same_error), hash=False)
 
 
 @attrs.frozen(slots=True, kw_only=True)
 class RunDone(RunEvent):
     """Always the last event; ``result`` is None when ``finish_reason == "error"``."""
 
-    type: ClassVar[str] = "run.done"
+    type: ClassVar[Literal["run.done"]] = "run.done"
     finish_reason: str
     result: ExecutionResult | None
 
@@ -153,7 +167,7 @@ class SessionEvent:
 class CompactionStart(SessionEvent):
     """Compaction begins over ``messages_before`` messages."""
 
-    type: ClassVar[str] = "compaction.start"
+    type: ClassVar[Literal["compaction.start"]] = "compaction.start"
     messages_before: int
 
 
@@ -161,7 +175,7 @@ class CompactionStart(SessionEvent):
 class CompactionDone(SessionEvent):
     """Compaction finished: ``messages_before`` became ``messages_after``."""
 
-    type: ClassVar[str] = "compaction.done"
+    type: ClassVar[Literal["compaction.done"]] = "compaction.done"
     messages_before: int
     messages_after: int
 
@@ -170,8 +184,11 @@ class CompactionDone(SessionEvent):
 class ContextCleared(SessionEvent):
     """``clear()`` emptied the transcript."""
 
-    type: ClassVar[str] = "context.cleared"
+    type: ClassVar[Literal["context.cleared"]] = "context.cleared"
 
+
+ListenerEvent: TypeAlias = CompactionStart | CompactionDone | ContextCleared
+"""What a session listener (``session.on``) receives; ``event.type`` narrows it."""
 
 Event: TypeAlias = (
     RunStart
@@ -186,3 +203,4 @@ Event: TypeAlias = (
     | RunFailed
     | RunDone
 )
+"""What iterating a run yields; ``event.type == "text.delta"`` narrows it to :class:`TextDelta`."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator, Sequence
 
-from . import _loop
+from . import _loop, _otel
+from ._turnlog import LoggedHooks
 from .control import TurnControl
 from .errors import AbortedError, LoushoError, ProviderError
 from .events import InputApplied, InputQueued, RunEvent, RunStart, StepStart, TextDelta, UsageEvent
@@ -58,6 +59,32 @@ def steps(
     """Run (or continue) one turn, yielding its events when ``emit`` (else none are built);
     returns its result. Raises TurnAborted on abort and any failure as it is: what becomes
     of the checkpoint is decided by the caller (:mod:`lousho_sync.turns`)."""
+    # --- observability (issue 18): spans when a tracer provider is set, DEBUG records.
+    # A plain function (no generator layer when both are off): called where the turn is
+    # driven, so the turn's span starts, and finds its parent, in the driving context.
+    body = _turn(cfg, env, ctl, state, history, emit, resumed)
+    trace = _otel.turn(cfg.provider, state.session_id, ctl.run_id)
+    logged = _log.isEnabledFor(logging.DEBUG)
+    if trace is None and not logged:
+        return body
+    if trace is not None:
+        ctl.otel = trace
+        body = trace.run(body, aborted=TurnAborted)
+    if logged:
+        ctl.otel = hooks = LoggedHooks(ctl.otel, _log, state.session_id, ctl.run_id)
+        body = hooks.run(body, aborted=TurnAborted)
+    return body
+
+
+def _turn(
+    cfg: TurnConfig,
+    env: TurnEnv,
+    ctl: TurnControl,
+    state: TurnState,
+    history: Sequence[Message],
+    emit: bool,
+    resumed: bool,
+) -> Generator[RunEvent, None, ExecutionResult]:
     ev = Emit(ctl, emit)
     if not resumed:
         save(env, state, ctl, "running")  # the turn is durable before run.start
@@ -102,7 +129,9 @@ def _steps(
         if ctl.left:  # another model call and nobody reads: abort
             raise TurnAborted
         yield from _apply_queued(env, ctl, state, ev)
-        response = yield from _model_call(cfg, ctl, state, history, used, ev)
+        response = yield from ctl.otel.model_call(  # tracing (issue 18)
+            _model_call(cfg, ctl, state, history, used, ev), used.steps + 1
+        )
         if response is None:  # steered: make the call again with the new input
             continue
         usage = cost_of(

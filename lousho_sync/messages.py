@@ -35,6 +35,21 @@ def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
+def _rebuild(cls: type[Any], fields: dict[str, Any]) -> Any:
+    """Unpickle a record holding read-only mappings (see ``_reduce``)."""
+    return cls(**fields)
+
+
+def _reduce(self: Any) -> tuple[Any, ...]:
+    """Pickle/deepcopy a record whose read-only mappings (``MappingProxyType``) cannot be
+    pickled: rebuild it from its fields, the mappings as plain dicts."""
+    fields = {}
+    for a in attrs.fields(type(self)):
+        value = getattr(self, a.name)
+        fields[a.name] = dict(value) if type(value) is MappingProxyType else value
+    return (_rebuild, (type(self), fields))
+
+
 @attrs.frozen(slots=True)
 class TextPart:
     """A piece of text."""
@@ -72,11 +87,19 @@ Content: TypeAlias = str | tuple[Part, ...]
 
 @attrs.frozen(slots=True)
 class ToolCall:
-    """A model's request to call tool ``name`` with ``arguments``; ``id`` is stable."""
+    """A model's request to call tool ``name`` with ``arguments``; ``id`` is stable.
+
+    Records here are frozen, hashable (read-only mappings are left out of the hash),
+    picklable and deep-copyable.
+    """
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_map)
+    arguments: Mapping[str, Any] = attrs.field(
+        default=_EMPTY, converter=_frozen_map, hash=False
+    )
+
+    __reduce__ = _reduce
 
 
 @attrs.frozen(slots=True)
@@ -157,10 +180,29 @@ class Message:
     tool_call_id: str | None = None
     is_error: bool = False
     usage: Usage | None = None
-    metadata: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_map)
-    extra: Mapping[str, Any] = attrs.field(
-        default=_EMPTY, converter=_frozen_map, repr=False, kw_only=True
+    metadata: Mapping[str, Any] = attrs.field(
+        default=_EMPTY, converter=_frozen_map, hash=False
     )
+    extra: Mapping[str, Any] = attrs.field(
+        default=_EMPTY, converter=_frozen_map, repr=False, kw_only=True, hash=False
+    )
+
+    __reduce__ = _reduce
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict of this message, in the stores' format (defaults left out,
+        unknown fields kept); :meth:`from_dict` reads it back."""
+        from .codec import message_to_dict
+
+        return message_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Message:
+        """The message of a dict made by :meth:`to_dict` (or by a newer release); a
+        malformed dict raises ``StoreCorruptError`` naming the field."""
+        from .codec import message_from_dict
+
+        return message_from_dict(d)
 
     @property
     def text(self) -> str:

@@ -61,7 +61,7 @@ class Checkpoint:
     status: Literal["running", "interrupted", "awaiting-approval"] = "running"
     created_at: float = attrs.field(factory=now)
     updated_at: float = attrs.field(factory=now)
-    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map)
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map, hash=False)
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -76,7 +76,7 @@ class ApprovalRecord:
     reason: str | None = None
     created_at: float = attrs.field(factory=now)
     resolved_at: float | None = None
-    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map)
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map, hash=False)
 
 
 def resolved(

@@ -14,10 +14,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from typing import cast
 
 from .control import TurnControl
 from .errors import RunConsumedError, RunTimeoutError
-from .events import RunDone, RunEvent, RunFailed
+from .events import Event, RunDone, RunEvent, RunFailed
 from .inputs import InputLike, to_messages
 from .results import ExecutionResult
 from .signal import Latch
@@ -27,6 +28,7 @@ __all__ = ["AgentRun"]
 _log = logging.getLogger(__name__)
 
 Driver = Generator[RunEvent, None, ExecutionResult]
+_Events = Generator[Event, None, ExecutionResult]  # every RunEvent the executor yields is one
 DriverFactory = Callable[[bool], Driver]
 """Starts the turn's driver; its argument says whether anyone will read the events (when
 False the driver builds none and yields nothing)."""
@@ -47,14 +49,14 @@ class AgentRun:
         on_discard: Callable[[], None] | None = None,
     ) -> None:
         self._factory = driver
-        self._driver: Driver | None = None
+        self._driver: _Events | None = None
         self._quiet = False
         self._control = control
         self._on_discard = on_discard
         self._lock = threading.Lock()
         self._drive_lock = threading.Lock()
         self._done = Latch()
-        self._pending: deque[RunEvent] = deque()
+        self._pending: deque[Event] = deque()
         self._result: ExecutionResult | None = None
         self._error: BaseException | None = None
         self._started = False
@@ -74,7 +76,7 @@ class AgentRun:
         return self._done.is_set()
 
     # --- driving ------------------------------------------------------------------------
-    def _pull(self) -> RunEvent | None:
+    def _pull(self) -> Event | None:
         """Next event, or None when the run is over. Caller holds ``_drive_lock``."""
         if self._pending:
             return self._pending.popleft()
@@ -83,7 +85,7 @@ class AgentRun:
         self._started = True
         try:
             if self._driver is None:
-                self._driver = self._factory(not self._quiet)
+                self._driver = cast(_Events, self._factory(not self._quiet))
             return next(self._driver)
         except StopIteration as stop:
             result: ExecutionResult = stop.value
@@ -123,7 +125,7 @@ class AgentRun:
                 pass
 
     # --- iteration -------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[RunEvent]:
+    def __iter__(self) -> Iterator[Event]:
         with self._lock:
             if self._iterating_thread is not None:
                 raise RunConsumedError(
@@ -133,7 +135,7 @@ class AgentRun:
             self._iterating_thread = threading.get_ident()
         return self._events()
 
-    def _events(self) -> Generator[RunEvent, None, None]:
+    def _events(self) -> Generator[Event, None, None]:
         complete = False
         try:
             while True:

@@ -31,7 +31,7 @@ from .errors import (
     SessionAwaitingApprovalError,
     SessionBusyError,
 )
-from .events import ContextCleared, RunEvent, SessionEvent
+from .events import ContextCleared, ListenerEvent, RunEvent
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits
@@ -119,7 +119,7 @@ class Session:
         with st.lock:
             return tuple(st.messages)
 
-    def on(self, listener: Callable[[SessionEvent], object]) -> Callable[[], None]:
+    def on(self, listener: Callable[[ListenerEvent], object]) -> Callable[[], None]:
         """Listen for ``compaction.start``, ``compaction.done`` and ``context.cleared`` of
         this session id (through any ``Session`` object for it in this process); returns a
         function that removes the listener."""

@@ -64,7 +64,9 @@ def run_calls(
         state.started.append(call.id)
         save(env, state, ctl, "running")
         context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
-        text, is_error = run_tool(tool, call, context=context)
+        with ctl.otel.tool_call(call) as span:  # tracing (issue 18)
+            text, is_error = run_tool(tool, call, context=context)
+            span.tool_result(is_error, text)
         if ctl.signal.aborted:
             raise TurnAborted
         used = used.add(tool_calls=1)

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from . import _loop
+from . import _loop, _otel
 from ._writes import TurnWriter
 from .control import TurnControl
 from .events import RunEvent
@@ -139,7 +139,11 @@ def save(env: TurnEnv, state: TurnState, ctl: TurnControl, status: str) -> None:
         return
     writer = env.writer
     if writer.checkpoints is not None and state.key is not None:
-        writer.save(state.checkpoint(status, ctl.queued()))
+        if ctl.otel is _otel.OFF:
+            writer.save(state.checkpoint(status, ctl.queued()))
+        else:  # tracing or DEBUG logging (issue 18)
+            with ctl.otel.checkpoint(status):
+                writer.save(state.checkpoint(status, ctl.queued()))
 
 
 class Emit:

@@ -274,7 +274,8 @@ class _Tokens:
 
     def __init__(self) -> None:
         self.renew()
-        os.register_at_fork(after_in_child=self.renew)
+        if hasattr(os, "register_at_fork"):  # POSIX only; Windows has no fork
+            os.register_at_fork(after_in_child=self.renew)
 
     def renew(self) -> None:
         self.base = uuid.uuid4().hex

@@ -1,0 +1,147 @@
+"""The package's structure, read from its imports (ast): no import cycle, every import goes
+down the documented layers (docs/architecture.md), and no module uses another module's
+``_private`` names. A new module must be given its layer here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The floors, lowest first: a module may import only from floors strictly below its own
+# (modules on one floor are independent of each other).
+LAYERS: list[set[str]] = [
+    {"lousho_sync.errors", "lousho_sync._heartbeat", "lousho_sync.callers"},
+    {"lousho_sync.ids", "lousho_sync.signal", "lousho_sync.messages"},
+    {"lousho_sync.records", "lousho_sync.inputs", "lousho_sync.results", "lousho_sync._loop",
+     "lousho_sync.providers.base", "lousho_sync.providers._sse", "lousho_sync.stores._lease"},
+    {"lousho_sync.events", "lousho_sync.codec", "lousho_sync.limits", "lousho_sync.tools",
+     "lousho_sync.stores.base", "lousho_sync.providers._builder", "lousho_sync.control"},
+    {"lousho_sync.compaction", "lousho_sync.providers._http", "lousho_sync.providers.scripted",
+     "lousho_sync.stores._redis_scripts", "lousho_sync._lease_hold"},
+    {"lousho_sync.providers.openai", "lousho_sync.providers.anthropic",
+     "lousho_sync.stores.memory", "lousho_sync.stores.files", "lousho_sync.stores.sqlite",
+     "lousho_sync.stores.redis", "lousho_sync._writes"},
+    {"lousho_sync.providers.registry", "lousho_sync.providers", "lousho_sync.stores",
+     "lousho_sync.sqlite", "lousho_sync.redis", "lousho_sync.turn_state"},
+    {"lousho_sync.tool_calls"},
+    {"lousho_sync.executor"},
+    {"lousho_sync.turns", "lousho_sync._session_state"},
+    {"lousho_sync._persistence", "lousho_sync.run", "lousho_sync._session_parts"},
+    {"lousho_sync.session"},
+    {"lousho_sync.agent"},
+    {"lousho_sync"},
+    {"lousho_sync.demo"},
+    {"lousho_sync.cli"},
+    {"lousho_aio._bridge"},
+    {"lousho_aio.run"},
+    {"lousho_aio.session"},
+    {"lousho_aio.agent"},
+    {"lousho_aio"},
+]
+FLOOR = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in ("lousho_sync", "lousho_aio"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base.pop()
+    for _ in range(node.level - 1):
+        base.pop()
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, path: Path, known: set[str]) -> list[tuple[str, str, int]]:
+    """(imported module, name imported or "", line) for every lousho import in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: list[tuple[str, str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names if a.name in known]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node, path.name == "__init__.py")
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in known:  # "from . import _loop": the submodule itself
+                    out.append((sub, "", node.lineno))
+                elif target in known:
+                    out.append((target, alias.name, node.lineno))
+    return out
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = sorted(set(_modules()) - set(FLOOR))
+    assert not missing, f"give these modules a floor in LAYERS: {missing}"
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    modules = _modules()
+    bad = []
+    for module, path in modules.items():
+        for target, _, line in _imports(module, path, set(modules)):
+            if target == module:
+                continue
+            if FLOOR[target] >= FLOOR[module]:
+                bad.append(f"{path.relative_to(ROOT)}:{line} {module} (floor {FLOOR[module]}) "
+                           f"imports {target} (floor {FLOOR[target]})")
+    assert not bad, "imports that climb the layers:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle() -> None:
+    modules = _modules()
+    graph = {m: {t for t, _, _ in _imports(m, p, set(modules)) if t != m}
+             for m, p in modules.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            cycle = visit(m)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    modules = _modules()
+    bad = []
+    for module, path in modules.items():
+        for target, name, line in _imports(module, path, set(modules)):
+            if name.startswith("_") and not name.startswith("__") and target != module:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}.{name}")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {a.asname or a.name.rpartition(".")[2]
+                   for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                   for a in n.names}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and f"{module.rpartition('.')[0]}.{node.value.id}" in modules):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses "
+                           f"{node.value.id}.{node.attr}")
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
