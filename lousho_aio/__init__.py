@@ -8,6 +8,7 @@ threads, ``$LOUSHO_AIO_THREADS`` or :func:`configure`); cancelling an awaiting t
 its turn. No ``asyncio.run`` inside: it works in an already running loop (Jupyter, ASGI).
 """
 
+from lousho_sync.codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from lousho_sync.compaction import Compaction
 from lousho_sync.errors import (
     AbortedError,
@@ -107,18 +108,16 @@ from .session import AsyncApproveCallback, AsyncSession
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_MAX_WORKERS",
-    "EVENT_BUFFER",
     "AbortController",
     "AbortedError",
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
-    "ApprovalTurnMissingError",
     "ApprovalRecord",
     "ApprovalRequested",
     "ApprovalStore",
+    "ApprovalTurnMissingError",
     "AsyncAgent",
     "AsyncAgentRun",
     "AsyncApprovals",
@@ -131,6 +130,8 @@ __all__ = [
     "CompactionStart",
     "ConfigError",
     "ContextCleared",
+    "DEFAULT_MAX_WORKERS",
+    "EVENT_BUFFER",
     "Event",
     "ExecutionResult",
     "FilePart",
@@ -141,13 +142,13 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
-    "ListenerEvent",
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
-    "LoopClosedError",
     "Limits",
+    "ListenerEvent",
     "LocalStorageCheckpointStore",
+    "LoopClosedError",
     "LoushoError",
     "LoushoWarning",
     "MemoryCheckpointStore",
@@ -168,11 +169,11 @@ __all__ = [
     "PruneResult",
     "RateLimitedError",
     "RunConsumedError",
-    "RunTimeoutError",
     "RunDone",
     "RunEvent",
     "RunFailed",
     "RunStart",
+    "RunTimeoutError",
     "ScriptedProvider",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
@@ -205,7 +206,11 @@ __all__ = [
     "create_agent",
     "max_workers",
     "memory_store",
+    "message_from_dict",
+    "message_to_dict",
     "register_provider",
     "resolve_model",
+    "result_from_dict",
+    "result_to_dict",
     "tool",
 ]

@@ -16,6 +16,7 @@ Tracing: see :mod:`lousho_sync._otel` (the ``otel`` extra).
 import logging as _logging
 
 from .agent import Agent, Approvals, create_agent
+from .codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from .compaction import Compaction
 from .errors import (
     AbortedError,
@@ -121,10 +122,10 @@ __all__ = [
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
-    "ApprovalTurnMissingError",
     "ApprovalRecord",
     "ApprovalRequested",
     "ApprovalStore",
+    "ApprovalTurnMissingError",
     "Approvals",
     "Checkpoint",
     "CheckpointStore",
@@ -143,13 +144,13 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
-    "ListenerEvent",
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
-    "LoopClosedError",
     "Limits",
+    "ListenerEvent",
     "LocalStorageCheckpointStore",
+    "LoopClosedError",
     "LoushoError",
     "LoushoWarning",
     "MemoryCheckpointStore",
@@ -170,11 +171,11 @@ __all__ = [
     "PruneResult",
     "RateLimitedError",
     "RunConsumedError",
-    "RunTimeoutError",
     "RunDone",
     "RunEvent",
     "RunFailed",
     "RunStart",
+    "RunTimeoutError",
     "ScriptedProvider",
     "Session",
     "SessionAwaitingApprovalError",
@@ -206,8 +207,12 @@ __all__ = [
     "UsageEvent",
     "create_agent",
     "memory_store",
+    "message_from_dict",
+    "message_to_dict",
     "register_provider",
     "resolve_model",
+    "result_from_dict",
+    "result_to_dict",
     "tool",
 ]
 

@@ -189,21 +189,6 @@ class Message:
 
     __reduce__ = _reduce
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready dict of this message, in the stores' format (defaults left out,
-        unknown fields kept); :meth:`from_dict` reads it back."""
-        from .codec import message_to_dict
-
-        return message_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Message:
-        """The message of a dict made by :meth:`to_dict` (or by a newer release); a
-        malformed dict raises ``StoreCorruptError`` naming the field."""
-        from .codec import message_from_dict
-
-        return message_from_dict(d)
-
     @property
     def text(self) -> str:
         """The message's text: the str content, or its text parts joined."""

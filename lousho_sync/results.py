@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
@@ -35,21 +34,6 @@ class ExecutionResult:
     approval_ids: tuple[str, ...] = ()
     exceeded: str | None = None
     resumed: ExecutionResult | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready dict of this result (the stores' format, with ``"v"``);
-        :meth:`from_dict` reads it back. Results also pickle and ``copy.deepcopy``."""
-        from .codec import result_to_dict
-
-        return result_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ExecutionResult:
-        """The result of a dict made by :meth:`to_dict`; a malformed dict raises
-        ``StoreCorruptError`` naming the field."""
-        from .codec import result_from_dict
-
-        return result_from_dict(d)
 
 
 @attrs.frozen(slots=True)
