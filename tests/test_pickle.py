@@ -1,5 +1,5 @@
 """Records and errors cross processes: pickle, copy.deepcopy, a real process hop, and the
-public to_dict/from_dict of messages and results.
+public message_to_dict/result_to_dict (and from_dict) of messages and results.
 
 Every public attrs record of ``lousho_sync`` and every ``LoushoError`` subclass found in the
 package is enumerated, so a new one is covered (or the coverage test fails) automatically.
@@ -318,15 +318,15 @@ def test_an_error_raised_in_a_child_process_reaches_the_parent() -> None:
 
 @pytest.mark.parametrize("message", [USER, ASSISTANT, TOOL], ids=["user", "assistant", "tool"])
 def test_message_to_dict_round_trips(message: Message) -> None:
-    d = message.to_dict()
-    assert d == lousho_sync.codec.message_to_dict(message)
-    assert Message.from_dict(d) == message
-    assert Message.from_dict(via_pickle(d)) == message
+    d = lousho_sync.message_to_dict(message)
+    assert lousho_sync.message_from_dict(d) == message
+    assert lousho_sync.message_from_dict(via_pickle(d)) == message
 
 
 def test_message_to_dict_is_the_stores_format() -> None:
-    assert USER.to_dict() == {"role": "user", "content": "hello", "metadata": {"k": "v"}}
-    d = ASSISTANT.to_dict()
+    assert lousho_sync.message_to_dict(USER) == {
+        "role": "user", "content": "hello", "metadata": {"k": "v"}}
+    d = lousho_sync.message_to_dict(ASSISTANT)
     assert d["tool_calls"] == [
         {"id": "call-1", "name": "lookup",
          "arguments": {"city": "Paris", "days": [1, 2], "opts": {"u": "c"}}}
@@ -335,21 +335,21 @@ def test_message_to_dict_is_the_stores_format() -> None:
 
 
 def test_result_to_dict_round_trips() -> None:
-    d = RESULT.to_dict()
+    d = lousho_sync.result_to_dict(RESULT)
     assert d["v"] == 1
-    assert d["messages"] == [m.to_dict() for m in RESULT.messages]
+    assert d["messages"] == [lousho_sync.message_to_dict(m) for m in RESULT.messages]
     assert d["approval_ids"] == ["ap-1", "ap-2"]
     assert "exceeded" not in d
-    assert ExecutionResult.from_dict(d) == RESULT
+    assert lousho_sync.result_from_dict(d) == RESULT
     plain = ExecutionResult(text="", finish_reason="stop", messages=(), usage=Usage(),
                             steps=1, run_id="r")
-    assert ExecutionResult.from_dict(plain.to_dict()) == plain
+    assert lousho_sync.result_from_dict(lousho_sync.result_to_dict(plain)) == plain
 
 
 def test_result_from_dict_names_a_bad_field() -> None:
-    d = RESULT.to_dict()
+    d = lousho_sync.result_to_dict(RESULT)
     d["steps"] = "two"
     with pytest.raises(StoreCorruptError, match="result 'steps'"):
-        ExecutionResult.from_dict(d)
+        lousho_sync.result_from_dict(d)
     with pytest.raises(StoreCorruptError, match="newer"):
-        ExecutionResult.from_dict({**RESULT.to_dict(), "v": 99})
+        lousho_sync.result_from_dict({**lousho_sync.result_to_dict(RESULT), "v": 99})

@@ -29,6 +29,10 @@ from lousho_sync import (
     TextDelta,
     ToolCall,
     create_agent,
+    message_from_dict,
+    message_to_dict,
+    result_from_dict,
+    result_to_dict,
     tool,
 )
 from lousho_sync.events import Event
@@ -162,7 +166,7 @@ def providers() -> None:
 
 
 def records_cross_processes(result: ExecutionResult, message: Message) -> None:
-    assert_type(ExecutionResult.from_dict(result.to_dict()), ExecutionResult)
-    assert_type(Message.from_dict(message.to_dict()), Message)
+    assert_type(result_from_dict(result_to_dict(result)), ExecutionResult)
+    assert_type(message_from_dict(message_to_dict(message)), Message)
     by_message = {message: result}  # frozen records are hashable
     print(by_message, hash(message.tool_calls))
