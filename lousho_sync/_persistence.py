@@ -52,16 +52,17 @@ def commit_turn(
             st.extend(history, new, revision)
             return
     kw = {"fence": fence} if fence is not None and supports_fencing(store) else {}
-    if isinstance(store, Appendable):
+    appendable = st.appendable
+    if appendable is not None:
         try:
-            store.append(st.id, new, expected_length=len(history), **kw)
+            appendable.append(st.id, new, expected_length=len(history), **kw)
         except StoreConflictError as exc:
             _log.warning(
                 "session %s: another writer stored %s messages where %s were expected; "
                 "appending this turn after them",
                 st.id, exc.actual_length, len(history),
             )
-            history = _append_after_conflict(st, store, new, kw)
+            history = _append_after_conflict(st, appendable, new, kw)
     else:
         store.save(st.id, [*history, *new], **kw)
     writer.delete(key)

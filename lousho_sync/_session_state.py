@@ -29,7 +29,13 @@ from .messages import Message, Usage
 from .results import ExecutionResult
 from .signal import Latch, Signal
 from .stores._lease import make_owner
-from .stores.base import ApprovalStore, Leased, Revisioned, SessionStore, supports_lease
+from .stores.base import (
+    Appendable,
+    ApprovalStore,
+    Leased,
+    Revisioned,
+    SessionStore,
+)
 
 __all__ = [
     "SessionState",
@@ -105,7 +111,10 @@ class SessionState:
         self.awaiting: str | None = None
         self.owner = make_owner()
         self.seq = itertools.count()
-        self.leased = supports_lease(store)
+        # capabilities, checked once (a Protocol isinstance check is slow)
+        self.leasable: Leased | None = store if isinstance(store, Leased) else None
+        self.leased = self.leasable is not None
+        self.appendable: Appendable | None = store if isinstance(store, Appendable) else None
         self.revisioned: Revisioned | None = store if isinstance(store, Revisioned) else None
         self.has_revision = self.revisioned is not None
         self.listeners: list[Callable[[ListenerEvent], object]] = []
@@ -214,10 +223,9 @@ class SessionState:
     # --- the lease ---------------------------------------------------------------------------
     def hold(self, ttl_s: float) -> LeaseHold | None:
         """A new, not yet acquired hold on the session's lease (None: the store has none)."""
-        store = self.store
-        if not isinstance(store, Leased):
+        if self.leasable is None:
             return None
-        return LeaseHold(store, self.id, self.owner, ttl_s)
+        return LeaseHold(self.leasable, self.id, self.owner, ttl_s)
 
     # --- the transcript ---------------------------------------------------------------------
     def reload(self) -> None:

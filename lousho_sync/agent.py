@@ -113,6 +113,7 @@ class Agent:
             approval_store or approvals or InMemoryApprovalStore()
         )
         self._scratch = MemoryCheckpointStore()
+        self._committer = _committer(sessions, self.checkpoint_store)  # checked once
         self._base = AgentBase(
             config=TurnConfig(
                 provider=provider,
@@ -229,7 +230,9 @@ class Agent:
             sessions=sessions,
             checkpoints=checkpoints,
             approvals=s_approvals or self.approval_store,
-            committer=_committer(sessions, checkpoints),
+            committer=(self._committer if sessions is self._session_store
+                       and checkpoints is self.checkpoint_store
+                       else _committer(sessions, checkpoints)),
             turn_policy=turn_policy,
             limits=limits,
             **kwargs,

@@ -185,7 +185,6 @@ def _model_call(
         cfg.tool_specs,
         cfg.settings,
     )
-    budget = _retry_budget(cfg.provider)
     attempt = 0
     while True:
         seen = _Seen()
@@ -194,7 +193,10 @@ def _model_call(
             response = yield from _stream_once(cfg, ctl, request, ev, seen, step)
             return response
         except ProviderError as exc:
-            if not (exc.retryable and seen.received and not seen.handed and attempt < budget):
+            if not (exc.retryable and seen.received and not seen.handed):
+                raise
+            budget = _retry_budget(cfg.provider)
+            if attempt >= budget:
                 raise
             attempt += 1
             _log.warning("provider %s: the stream broke mid-way (%s) before any reader saw "

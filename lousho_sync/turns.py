@@ -142,9 +142,9 @@ def play(
         if finish in ("stop", "length") or (finish == "limit" and state.recorded):
             if commit is not None:
                 commit(state, result)
-            else:
+            elif env.durable or resumed:  # a run that is not durable wrote none unless paused
                 env.writer.delete(state.key)
-        elif finish == "limit":
+        elif finish == "limit" and (env.durable or resumed):
             env.writer.delete(state.key)
         return result
     except LeaseLostError as exc:
