@@ -41,7 +41,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from lousho_sync.callers import adopt, calling_as, context_for, declared_caller
+from lousho_sync.callers import calling_as, context_for, declared_caller
 from lousho_sync.errors import ConfigError, LoopClosedError
 from lousho_sync.signal import AbortController, Signal
 
@@ -49,7 +49,6 @@ __all__ = [
     "DEFAULT_MAX_WORKERS",
     "EVENT_BUFFER",
     "EventPump",
-    "adopt_task",
     "as_current_task",
     "call",
     "call_aborting",
@@ -132,8 +131,9 @@ def _submit(fn: Callable[[], T]) -> ConcurrentFuture[T]:
 
 
 def task_caller() -> object | None:
-    """Who calls, for the sync core's turn queue: the caller this task declared or
-    inherited (see ``adopt_task``), else the running task; None outside a task."""
+    """Who calls, for the sync core's turn queue: a caller declared in this context, else
+    the running task; None outside a task. (On Python 3.11 ``asyncio.wait_for`` runs its
+    awaitable in a task of its own, which then counts as another caller.)"""
     declared = declared_caller()
     if declared is not None:
         return declared
@@ -141,15 +141,6 @@ def task_caller() -> object | None:
         return asyncio.current_task()
     except RuntimeError:
         return None
-
-
-def adopt_task() -> None:
-    """Declare the running task the caller of this context for good (done when a task
-    starts a stream: a task it later waits through, e.g. ``asyncio.wait_for``'s on
-    Python 3.11, counts as the same caller)."""
-    caller = task_caller()
-    if caller is not None:
-        adopt(caller)
 
 
 @contextlib.contextmanager

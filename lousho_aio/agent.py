@@ -114,7 +114,6 @@ class AsyncAgent:
         self, input: InputLike, *, signal: Signal | None = None, session_id: str | None = None
     ) -> AsyncAgentRun:
         """``send()`` as an :class:`AsyncAgentRun` of typed events."""
-        _bridge.adopt_task()
         with _bridge.as_current_task():
             return AsyncAgentRun(self._agent.stream(input, signal=signal, session_id=session_id))
 

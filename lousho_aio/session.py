@@ -117,7 +117,6 @@ class AsyncSession:
 
     def stream(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
         """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
-        _bridge.adopt_task()
         with _bridge.as_current_task():
             return AsyncAgentRun(self._session.stream(input, signal=signal))
 

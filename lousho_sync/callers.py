@@ -13,25 +13,14 @@ import contextvars
 import threading
 from collections.abc import Iterator
 
-__all__ = ["adopt", "calling_as", "context_for", "current_caller", "declared_caller"]
+__all__ = ["calling_as", "context_for", "current_caller", "declared_caller"]
 
 _CALLER: contextvars.ContextVar[object] = contextvars.ContextVar("lousho_caller")
 
 
 def declared_caller() -> object | None:
-    """The caller set by :func:`calling_as` or :func:`adopt` in this context, or None."""
+    """The caller set by :func:`calling_as` in this context, or None."""
     return _CALLER.get(None)
-
-
-def adopt(caller: object) -> object:
-    """Make ``caller`` this context's caller for good, unless one is declared already;
-    returns the one in force. Contexts copied from this one later (an asyncio task's
-    children, e.g. the task ``asyncio.wait_for`` makes on Python 3.11) inherit it."""
-    current = _CALLER.get(None)
-    if current is None:
-        _CALLER.set(caller)
-        return caller
-    return current
 
 
 def current_caller() -> object:
