@@ -47,6 +47,7 @@ from .events import (
     UsageEvent,
 )
 from .executor import AgentExecutor
+from .ids import session_id_for
 from .limits import Limits, Price
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
 from .providers.anthropic import AnthropicProvider
@@ -91,7 +92,18 @@ from .stores.memory import (
 )
 from .tools import Tool, ToolContext, tool
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lousho")
+    except PackageNotFoundError:  # pragma: no cover - running from a tree never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+"""The installed distribution's version (one source: the package metadata)."""
 
 __all__ = [
     "AbortController",
@@ -183,5 +195,6 @@ __all__ = [
     "memory_store",
     "register_provider",
     "resolve_model",
+    "session_id_for",
     "tool",
 ]
