@@ -162,7 +162,7 @@ def test_a_client_that_hangs_up_mid_stream_aborts_the_turn(port: int) -> None:
     sock.close()  # hang up in the middle of the story
 
     # the same user's next turn waits for the story's turn to end, which the hang-up aborted
-    response, events = post(port, user, "short")
+    _, events = post(port, user, "short")
     assert events[-1][0] == "done" and events[-1][1]["messages"] == 2
     doc = transcript(port, user)
     assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
