@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
@@ -53,19 +54,100 @@ def _line_reader(stdin: TextIO, out: TextIO) -> Callable[[str], str]:
     return read
 
 
-@contextlib.contextmanager
-def _ctrl_c_aborts(abort: Callable[[], object]) -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, lambda *_: abort())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+class _CtrlC:
+    """Where Ctrl-C goes: during a turn it calls the turn's abort; at the prompt it raises
+    KeyboardInterrupt in the main thread.
+
+    On POSIX, SIGINT stays blocked in the main thread (and so in every thread started
+    later, such as the lease heartbeat) and a watcher thread takes it with ``sigwait``. At
+    the prompt the watcher wakes the main thread with SIGUSR1 until it has taken the
+    interrupt: a signal that lands just before readline blocks in ``select`` would
+    otherwise wait for the next key press.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # also taken by the handler, in the main thread
+        self._abort: Callable[[], object] | None = None
+        self._reading = False
+        self._interrupted = False
+        self._taken = threading.Event()
+        self._main = threading.get_ident()
+        self._posix = all(hasattr(signal, n) for n in ("pthread_sigmask", "sigwait",
+                                                        "pthread_kill", "SIGUSR1"))
+        if self._posix:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            signal.signal(signal.SIGUSR1, self._on_wake)
+            threading.Thread(target=self._watch, name="lousho-chat-ctrl-c", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            signal.sigwait({signal.SIGINT})
+            with self._lock:
+                abort = self._abort
+                if abort is None:
+                    self._interrupted = True
+                    self._taken.clear()
+            if abort is not None:
+                abort()
+                continue
+            while not self._taken.is_set():  # wake the prompt until it takes the interrupt
+                with self._lock:
+                    reading = self._reading
+                if reading:
+                    signal.pthread_kill(self._main, signal.SIGUSR1)
+                self._taken.wait(0.05)
+
+    def _take(self) -> None:
+        self._interrupted = False
+        self._taken.set()
+        raise KeyboardInterrupt
+
+    def _on_wake(self, signum: int, frame: object) -> None:
+        with self._lock:
+            if self._reading and self._interrupted:
+                self._take()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around the prompt: Ctrl-C (also one pressed since the last prompt) raises
+        KeyboardInterrupt."""
+        if not self._posix:
+            yield
+            return
+        with self._lock:
+            if self._interrupted:
+                self._take()
+            self._reading = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reading = False
+
+    @contextlib.contextmanager
+    def aborting(self, abort: Callable[[], object]) -> Iterator[None]:
+        """Around a turn: Ctrl-C calls ``abort``."""
+        if not self._posix:
+            previous = signal.signal(signal.SIGINT, lambda *_: abort())
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            return
+        with self._lock:
+            self._abort = abort
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._abort = None
 
 
 class _Chat:
-    def __init__(self, session: Session, out: TextIO) -> None:
+    def __init__(self, session: Session, out: TextIO, ctrl_c: _CtrlC) -> None:
         self.session = session
         self.out = out
+        self.ctrl_c = ctrl_c
 
     def say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -85,7 +167,7 @@ class _Chat:
             return True
         controller = AbortController()
         try:
-            with _ctrl_c_aborts(lambda: controller.abort("Ctrl-C")):
+            with self.ctrl_c.aborting(lambda: controller.abort("Ctrl-C")):
                 result = self.session.resume(signal=controller.signal)
         except Exception as exc:  # shown, and the chat goes on
             self.say(f"  error: {exc}")
@@ -121,7 +203,7 @@ class _Chat:
                 return
         run = self.session.stream(text)
         failed: BaseException | None = None
-        with _ctrl_c_aborts(lambda: run.abort("Ctrl-C")):
+        with self.ctrl_c.aborting(lambda: run.abort("Ctrl-C")):
             self.out.write("agent> ")
             self.out.flush()
             for event in run:
@@ -150,7 +232,8 @@ class _Chat:
 
 def chat_loop(session: Session, stdin: TextIO, out: TextIO) -> int:
     """Run the chat until /exit, the end of input (0) or Ctrl-C at the prompt (130)."""
-    chat = _Chat(session, out)
+    ctrl_c = _CtrlC()
+    chat = _Chat(session, out, ctrl_c)
     read = _line_reader(stdin, out)
     pending = " and a pending turn" if session.pending() is not None else ""
     chat.say(f"lousho chat — session {session.id!r} ({len(session.messages)} messages"
@@ -163,7 +246,8 @@ def chat_loop(session: Session, stdin: TextIO, out: TextIO) -> int:
     }
     while True:
         try:
-            text = read("you> ").strip()
+            with ctrl_c.reading():
+                text = read("you> ").strip()
         except KeyboardInterrupt:
             out.write("\n")
             out.flush()

@@ -4,11 +4,14 @@ and the sessions commands on real stores."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import queue
 import select
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -235,18 +238,25 @@ def read_until(fd: int, text: bytes, seen: bytearray) -> bytes:
     return before
 
 
-def wait_child(pid: int, fd: int) -> int:
-    """Drain the terminal until the child exits; its exit code."""
+def wait_child(pid: int, fd: int, seen: bytearray) -> int:
+    """Drain the terminal (into ``seen``) until the child exits; its exit code."""
     while True:
         ready, _, _ = select.select([fd], [], [], WAIT)
         if not ready:
+            os.kill(pid, signal.SIGABRT)  # faulthandler prints every thread's stack
+            ready, _, _ = select.select([fd], [], [], 5)
+            with contextlib.suppress(OSError):
+                seen += os.read(fd, 65536)
             os.kill(pid, signal.SIGKILL)
-            raise AssertionError("the chat did not exit")
+            os.waitpid(pid, 0)
+            raise AssertionError(f"the chat did not exit: {bytes(seen).decode(errors='replace')}")
         try:
-            if not os.read(fd, 4096):
-                break
+            chunk = os.read(fd, 4096)
         except OSError:
             break
+        if not chunk:
+            break
+        seen += chunk
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
 
@@ -265,7 +275,7 @@ def test_in_a_terminal_the_prompt_edits_lines_and_ctrl_c_exits_130(tmp_path: Pat
         server.default = fixture_reply("openai_text_stream.sse")
         pid, fd = spawn_in_terminal(
             ["chat", "--model", "openai/gpt-4o-mini", "--store", str(tmp_path / "a.db")],
-            env_for(server), tmp_path)
+            {**env_for(server), "PYTHONFAULTHANDLER": "1"}, tmp_path)
         seen = bytearray()
         read_until(fd, b"you> ", seen)
         os.write(fd, b"helo\x1b[Dl\r")  # left arrow, then insert: "hello"
@@ -275,8 +285,8 @@ def test_in_a_terminal_the_prompt_edits_lines_and_ctrl_c_exits_130(tmp_path: Pat
         read_until(fd, b"agent> Hello", seen)
         read_until(fd, b"you> ", seen)
         os.write(fd, b"\x03")  # Ctrl-C at the idle prompt
+        code = wait_child(pid, fd, seen)
         rest = bytes(seen)
-        code = wait_child(pid, fd)
         assert code == 130
         assert b"Traceback" not in rest and b"KeyboardInterrupt" not in rest
         users = [r.json()["messages"][-1]["content"] for r in server.requests]
@@ -347,17 +357,39 @@ def test_unreachable_and_unwritable_stores_fail_before_the_prompt(tmp_path: Path
     assert "/proc/self/lousho.db" in line
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def read_only_command(directory: Path, args: list[str]) -> list[str]:
+    """``args`` run with ``directory`` read-only: for root (who writes read-only files), in a
+    private mount namespace where it is a read-only bind mount."""
+    if os.geteuid() != 0:
+        for path in [directory, *directory.iterdir()]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        return args
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=WAIT,
+                           check=False) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("root, and no mount namespace to make a read-only directory in")
+    quoted = " ".join(shlex.quote(a) for a in args)
+    d = shlex.quote(str(directory))
+    return ["unshare", "-m", "sh", "-c",
+            f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && exec {quoted}"]
+
+
 def test_a_read_only_store_fails_before_the_prompt(tmp_path: Path) -> None:
-    db = tmp_path / "ro" / "agent.db"
-    stored(db).session(id="c1").send("x")
-    db.chmod(0o444)
-    db.parent.chmod(0o555)
+    directory = tmp_path / "ro"
+    stored(directory / "agent.db").session(id="c1").send("x")
+    cmd = read_only_command(directory, [sys.executable, "-m", "lousho_sync", "chat", "--store",
+                                        str(directory / "agent.db"), "--session", "c1"])
     try:
-        line = problem(lousho("chat", "--store", str(db), "--session", "c1", cwd=tmp_path))
-        assert "cannot be written" in line
+        proc = subprocess.run(cmd, input="hello\n", capture_output=True, text=True,
+                              timeout=WAIT, env=env_for(), cwd=tmp_path)
     finally:
-        db.parent.chmod(0o755)
+        for path in [directory, *directory.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    line = problem(proc)
+    assert "cannot be written" in line and "agent.db" in line
+    assert proc.stdout == ""  # no banner, no prompt
+    assert [m.text for m in stored(directory / "agent.db").session(id="c1").messages] == [
+        "x", "x"]
 
 
 def test_a_redis_store_without_the_extra_names_it(tmp_path: Path) -> None:
