@@ -3,11 +3,13 @@
     python benchmarks/bench_sqlite.py [--dir DIR] [--turns N]
 
 Per-turn cost is one ``sessions.append`` of a user and an assistant message (JSON encoding
-included) with 10, 1,000 and 10,000 messages already in the transcript, at
-``synchronous="full"`` and ``"normal"``. The floor, measured in the same run on the same
-disk, is a plain ``sqlite3`` loop inserting the same two pre-encoded rows and committing,
-in WAL mode at the same ``synchronous``. Files go to ``--dir`` (default: a temporary
-directory on the disk under test) and are deleted afterwards.
+included) with 10 turns (20 messages), 200 turns (400 messages), 1,000 and 10,000 messages
+already in the transcript, at ``synchronous="full"`` and ``"normal"``, printed in µs and as
+a ratio to the floor (goal: at most 1.3x at 10 and at 200 turns). The floor, measured in
+the same run on the same disk, is a plain ``sqlite3`` loop inserting the same two
+pre-encoded rows and committing, in WAL mode at the same ``synchronous``. Files go to
+``--dir`` (default: a temporary directory on the disk under test) and are deleted
+afterwards.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ ASSISTANT = Message(
     "which the account team expects to close next month. " * 2,
 )
 TURN = [USER, ASSISTANT]
-SIZES = (10, 1_000, 10_000)
+SIZES = (20, 400, 1_000, 10_000)
 
 
 def _median_us(samples: list[float]) -> float:
@@ -183,7 +185,10 @@ def main() -> None:
                     load, select = load_ms(store, path)
             row = "".join(f"{c:>10.1f}" for c in cells)
             print(f"{synchronous:<12}{floor_us:>9.1f}{row}  {cells[-1] / cells[0]:>10.2f}")
-        print("(median µs per turn: one append of a user + an assistant message)\n")
+            ratios = "".join(f"{c / floor_us:>9.2f}x" for c in cells)
+            print(f"{'  / floor':<12}{'':>9}{ratios}")
+        print("(median µs per turn: one append of a user + an assistant message; columns are"
+              " messages already stored)\n")
         print(f"load of a 10,000-message session: {load:.1f} ms (plain SELECT: {select:.1f} ms)")
         per_1000, payload = size_per_1000(directory)
         print(

@@ -28,6 +28,7 @@ of events costs one wake-up. Measured against one executor hop per event (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -35,18 +36,21 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from lousho_sync.errors import ConfigError
+from lousho_sync.callers import adopt, calling_as, context_for, declared_caller
+from lousho_sync.errors import ConfigError, LoopClosedError
 from lousho_sync.signal import AbortController, Signal
 
 __all__ = [
     "DEFAULT_MAX_WORKERS",
     "EVENT_BUFFER",
     "EventPump",
+    "adopt_task",
+    "as_current_task",
     "call",
     "call_aborting",
     "configure",
@@ -120,7 +124,44 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _submit(fn: Callable[[], T]) -> ConcurrentFuture[T]:
-    return _pool().submit(contextvars.copy_context().run, fn)
+    """Run ``fn`` in the pool, in a copy of this context that names the calling task (so
+    the sync core can tell a task waiting behind its own unread stream)."""
+    caller = task_caller()
+    context = context_for(caller) if caller is not None else contextvars.copy_context()
+    return _pool().submit(context.run, fn)
+
+
+def task_caller() -> object | None:
+    """Who calls, for the sync core's turn queue: the caller this task declared or
+    inherited (see ``adopt_task``), else the running task; None outside a task."""
+    declared = declared_caller()
+    if declared is not None:
+        return declared
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+def adopt_task() -> None:
+    """Declare the running task the caller of this context for good (done when a task
+    starts a stream: a task it later waits through, e.g. ``asyncio.wait_for``'s on
+    Python 3.11, counts as the same caller)."""
+    caller = task_caller()
+    if caller is not None:
+        adopt(caller)
+
+
+@contextlib.contextmanager
+def as_current_task() -> Iterator[None]:
+    """Sync calls made in this block on the loop thread are this task's (see
+    :func:`task_caller`)."""
+    caller = task_caller()
+    if caller is None:
+        yield
+        return
+    with calling_as(caller):
+        yield
 
 
 async def settle(fut: asyncio.Future[Any]) -> bool:
@@ -235,7 +276,7 @@ def to_thread_callback(fn: Callable[..., Any]) -> Callable[..., Any]:
             except TimeoutError:
                 if loop.is_closed():
                     cf.cancel()
-                    raise RuntimeError(
+                    raise LoopClosedError(
                         f"the event loop running {fn!r} closed before it returned"
                     ) from None
 
@@ -264,10 +305,12 @@ class EventPump(Generic[T]):
         source: Iterable[T],
         *,
         abort: Callable[[str], object],
+        leave: Callable[[], object] | None = None,
         bound: int = EVENT_BUFFER,
     ) -> None:
         self._source = source
         self._abort = abort
+        self._leave_source = leave
         self._bound = bound
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
@@ -358,16 +401,21 @@ class EventPump(Generic[T]):
             self._buf.clear()
             self._space.notify_all()
 
-    async def stop(self, reason: str) -> bool:
-        """Abort the source, drop what is buffered, wait (shielded) for the producer to end;
-        True if a cancellation arrived while waiting."""
-        self._abort(reason)
+    async def stop(self, reason: str, *, left: bool = False) -> bool:
+        """Abort the source (or, when the consumer ``left`` and the source can be told so,
+        let it decide as a sync reader's leaving does), drop what is buffered, wait
+        (shielded) for the producer to end; True if a cancellation arrived meanwhile."""
+        if left and self._leave_source is not None:
+            self._leave_source()
+        else:
+            self._abort(reason)
         self._leave()
         return await settle(self.start())
 
     async def events(self) -> AsyncGenerator[T, None]:
-        """The items, in order. Cancelling the consumer, or leaving the loop early, aborts
-        the source and waits for the producer to end."""
+        """The items, in order. Cancelling the consumer aborts the source; leaving the loop
+        early tells it the consumer left (see ``AgentRun.leave``); both wait for the
+        producer to end."""
         self.start()
         try:
             while True:
@@ -379,7 +427,7 @@ class EventPump(Generic[T]):
             await self.stop("cancelled")
             raise
         except GeneratorExit:
-            if await self.stop("the consumer stopped iterating"):
+            if await self.stop("the consumer stopped iterating", left=True):
                 raise asyncio.CancelledError from None
             raise
         if self._error is not None:

@@ -81,7 +81,7 @@ class AsyncAgent:
         return self._agent.settings
 
     @property
-    def checkpoint_store(self) -> CheckpointStore:
+    def checkpoint_store(self) -> CheckpointStore | None:
         """The agent's checkpoint store."""
         return self._agent.checkpoint_store
 
@@ -100,7 +100,9 @@ class AsyncAgent:
     ) -> ExecutionResult:
         """A single turn from an empty history (``session_id`` makes it durable)."""
         if approve is None:
-            return await drive(self._agent.stream(input, signal=signal, session_id=session_id))
+            with _bridge.as_current_task():
+                run = self._agent.stream(input, signal=signal, session_id=session_id)
+            return await drive(run)
         return await _bridge.call_aborting(
             self._agent.send, input, signal=signal, session_id=session_id,
             approve=_bridge.to_thread_callback(approve),
@@ -110,7 +112,9 @@ class AsyncAgent:
         self, input: InputLike, *, signal: Signal | None = None, session_id: str | None = None
     ) -> AsyncAgentRun:
         """``send()`` as an :class:`AsyncAgentRun` of typed events."""
-        return AsyncAgentRun(self._agent.stream(input, signal=signal, session_id=session_id))
+        _bridge.adopt_task()
+        with _bridge.as_current_task():
+            return AsyncAgentRun(self._agent.stream(input, signal=signal, session_id=session_id))
 
     def session(
         self,

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from lousho_sync.errors import RunConsumedError, RunTimeoutError
 from lousho_sync.events import RunEvent
 from lousho_sync.inputs import InputLike
 from lousho_sync.results import ExecutionResult
@@ -48,11 +49,11 @@ class AsyncAgentRun:
 
     def __aiter__(self) -> AsyncIterator[RunEvent]:
         if self._pump is not None or self._driver is not None:
-            raise RuntimeError(
+            raise RunConsumedError(
                 f"run {self.run_id} is already being read (iterate an AsyncAgentRun once, "
                 "before awaiting result())"
             )
-        self._pump = _bridge.EventPump(self._run, abort=self._run.abort)
+        self._pump = _bridge.EventPump(self._run, abort=self._run.abort, leave=self._run.leave)
         return self._pump.events()
 
     async def result(self, timeout: float | None = None) -> ExecutionResult:
@@ -74,12 +75,16 @@ class AsyncAgentRun:
             if not await _bridge.wait(
                 fut, timeout=timeout, on_cancel=lambda: self._run.abort("cancelled")
             ):
-                raise TimeoutError(f"run {self.run_id} did not finish within {timeout} s")
+                raise RunTimeoutError(f"run {self.run_id} did not finish within {timeout} s")
         return self._run.result(timeout=0)
 
     def abort(self, reason: object = None) -> None:
         """Abort the turn (the transcript stays as it was); idempotent, any thread."""
         self._run.abort(reason)
+
+    def leave(self) -> None:
+        """Say the reader stopped reading (see ``AgentRun.leave``)."""
+        self._run.leave()
 
     def enqueue(self, input: InputLike) -> bool:
         """Add user input to the running turn (see ``AgentRun.enqueue``); False when the turn

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
-from lousho_sync.compaction import compact_session
 from lousho_sync.events import SessionEvent
 from lousho_sync.inputs import InputLike
 from lousho_sync.limits import Limits
@@ -108,7 +107,9 @@ class AsyncSession:
         """One turn with the whole transcript. The turn joins the session's queue when
         ``send()`` is called (with ``approve``: when its pool thread starts)."""
         if approve is None:
-            return await drive(self._session.stream(input, signal=signal))
+            with _bridge.as_current_task():
+                run = self._session.stream(input, signal=signal)
+            return await drive(run)
         return await _bridge.call_aborting(
             self._session.send, input, signal=signal,
             approve=_bridge.to_thread_callback(approve),
@@ -116,7 +117,9 @@ class AsyncSession:
 
     def stream(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
         """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
-        return AsyncAgentRun(self._session.stream(input, signal=signal))
+        _bridge.adopt_task()
+        with _bridge.as_current_task():
+            return AsyncAgentRun(self._session.stream(input, signal=signal))
 
     async def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""
@@ -127,13 +130,21 @@ class AsyncSession:
         """Read the stored transcript; returns it."""
         return await _bridge.call(self._session.load)
 
-    async def compact(self, *, keep_last: int = 8, instructions: str | None = None) -> None:
-        """Replace older messages with one summary written by the model; cancelling the
-        task aborts the summary call (the transcript stays as it was)."""
-        await _bridge.call_aborting(
-            compact_session, self._session, keep_last=keep_last, instructions=instructions,
-            signal=None,
+    async def compact(
+        self, *, keep_last: int = 8, instructions: str | None = None,
+        signal: Signal | None = None,
+    ) -> bool:
+        """Replace older messages with one summary written by the model (True when the
+        transcript changed); cancelling the task (or ``signal``) aborts the summary call
+        (the transcript stays as it was)."""
+        return await _bridge.call_aborting(
+            self._session.compact, keep_last=keep_last, instructions=instructions,
+            signal=signal,
         )
+
+    def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
+        """Estimated input tokens of the next model call (see ``Session``)."""
+        return self._session.estimate_input_tokens(new_input)
 
     async def clear(self) -> None:
         """Empty the transcript and save it empty (see ``Session.clear``)."""

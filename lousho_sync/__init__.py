@@ -10,19 +10,25 @@ from .errors import (
     AbortedError,
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    ApprovalTurnMissingError,
     ConfigError,
     InvalidInputError,
     InvalidSessionIdError,
     LeaseLostError,
+    LoopClosedError,
     LoushoError,
+    LoushoWarning,
     PropagatingToolError,
     ProviderError,
     RateLimitedError,
+    RunConsumedError,
+    RunTimeoutError,
     SessionAwaitingApprovalError,
     SessionBusyError,
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreDurabilityWarning,
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
@@ -46,7 +52,6 @@ from .events import (
     ToolResultEvent,
     UsageEvent,
 )
-from .executor import AgentExecutor
 from .ids import session_id_for
 from .limits import Limits, Price
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
@@ -91,6 +96,7 @@ from .stores.memory import (
     memory_store,
 )
 from .tools import Tool, ToolContext, tool
+from .turns import AgentExecutor
 
 
 def _version() -> str:
@@ -115,6 +121,7 @@ __all__ = [
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
+    "ApprovalTurnMissingError",
     "ApprovalRecord",
     "ApprovalRequested",
     "ApprovalStore",
@@ -139,9 +146,11 @@ __all__ = [
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
+    "LoopClosedError",
     "Limits",
     "LocalStorageCheckpointStore",
     "LoushoError",
+    "LoushoWarning",
     "MemoryCheckpointStore",
     "MemorySessionStore",
     "Message",
@@ -159,6 +168,8 @@ __all__ = [
     "ProviderError",
     "PruneResult",
     "RateLimitedError",
+    "RunConsumedError",
+    "RunTimeoutError",
     "RunDone",
     "RunEvent",
     "RunFailed",
@@ -177,6 +188,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",

@@ -5,24 +5,30 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .events import RunEvent
-from .executor import ApproveCallback, TurnConfig, TurnControl, TurnState, run_turn
+from ._session_parts import AgentBase
+from ._writes import TurnWriter
+from .compaction import Compaction
+from .control import TurnControl
+from .errors import ApprovalTurnMissingError, ConfigError
+from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
-from .limits import Counters, Limits, Price
-from .messages import Message
+from .limits import Limits, Price
+from .messages import Message, Usage
 from .providers.base import Provider
+from .records import ApprovalRecord, Checkpoint
 from .results import ExecutionResult
 from .run import AgentRun
-from .session import Session, TurnPolicy, _drive, new_session_id, validate_session_id
+from .session import Session, TurnPolicy
 from .signal import Signal
-from .stores.base import ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import ApprovalStore, CheckpointStore, SessionStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
+from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
+from .turns import drive, one_shot_key, parse_key, play, play_linked, resumed_turn
 
 __all__ = ["Agent", "Approvals", "create_agent"]
 
@@ -63,7 +69,7 @@ class Agent:
         approval_store: ApprovalStore | None = None,
         limits: Limits | None = None,
         prices: Mapping[str, Price] | None = None,
-        compaction: Any = None,
+        compaction: Compaction | None = None,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.provider = provider
@@ -78,62 +84,48 @@ class Agent:
             if t.name in self.tools:
                 raise ConfigError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
+        if compaction is not None and not isinstance(compaction, Compaction):
+            raise ConfigError(
+                f"compaction must be a Compaction(max_input_tokens=...); got "
+                f"{type(compaction).__name__}"
+            )
         self.limits = limits
         self.prices = dict(prices) if prices else None
         self.compaction = compaction
         self.settings: Mapping[str, Any] = dict(settings or {})
+        self._store = store
         sessions, checkpoints, approvals = _parts(store)
         self._session_store: SessionStore | None = sessions
-        self.checkpoint_store: CheckpointStore = checkpoints or MemoryCheckpointStore()
+        # no store at all: in-memory checkpoints (durable within this process); a store
+        # given without checkpoints is not durable (a turn is saved only when it ends)
+        self.checkpoint_store: CheckpointStore | None = (
+            checkpoints if store is not None else MemoryCheckpointStore()
+        )
         self.approval_store: ApprovalStore = (
             approval_store or approvals or InMemoryApprovalStore()
         )
         self._scratch = MemoryCheckpointStore()
-        self._base = TurnConfig(
-            provider=provider,
-            system=instructions,
-            tools=self.tools,
-            tool_specs=tuple(t.spec() for t in self.tools.values()),
-            settings=self.settings,
-            limits=limits,
-            prices=self.prices,
-        )
-        self._scratch_config = self._turn_config(
-            checkpoints=self._scratch, approvals=self.approval_store, durable=False
+        self._base = AgentBase(
+            config=TurnConfig(
+                provider=provider,
+                system=instructions,
+                tools=self.tools,
+                tool_specs=tuple(t.spec() for t in self.tools.values()),
+                settings=self.settings,
+                limits=limits,
+                prices=self.prices,
+            ),
+            compaction=compaction,
+            scratch=self._scratch,
+            pin=self._pin,
         )
         self._lock = threading.Lock()
         self._default_stores: weakref.WeakValueDictionary[str, MemorySessionStore] = (
             weakref.WeakValueDictionary()
         )
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._pinned: dict[str, MemorySessionStore] = {}
         self.approvals = Approvals(self)
-
-    def _turn_config(
-        self,
-        *,
-        checkpoints: CheckpointStore | None,
-        approvals: ApprovalStore | None,
-        session_limits: Limits | None = None,
-        session_used: Counters = Counters(),
-        approve: ApproveCallback | None = None,
-        durable: bool = True,
-    ) -> TurnConfig:
-        base = self._base
-        return TurnConfig(
-            provider=base.provider,
-            system=base.system,
-            tools=base.tools,
-            tool_specs=base.tool_specs,
-            settings=base.settings,
-            limits=base.limits,
-            prices=base.prices,
-            checkpoint_store=checkpoints,
-            approval_store=approvals,
-            session_limits=session_limits,
-            session_used=session_used,
-            approve=approve,
-            durable=durable,
-        )
 
     # --- single turns --------------------------------------------------------------------------
     def send(
@@ -164,37 +156,21 @@ class Agent:
         if session_id is not None:
             validate_session_id(session_id)
         control = TurnControl()
-        return AgentRun(self._one_shot_driver(control, msgs, signal, session_id, approve),
-                        control)
-
-    def _one_shot_driver(
-        self,
-        control: TurnControl,
-        msgs: tuple[Message, ...],
-        signal: Signal | None,
-        session_id: str | None,
-        approve: ApproveCallback | None,
-    ) -> Generator[RunEvent, None, ExecutionResult]:
-        unlink = (
-            signal.add_callback(lambda: control.abort(signal.reason)) if signal is not None
-            else None
+        durable = session_id is not None and self.checkpoint_store is not None
+        store = self.checkpoint_store if durable else self._scratch
+        assert store is not None
+        key = one_shot_key(session_id, control.run_id)
+        state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
+        env = TurnEnv(writer=TurnWriter(store, self.approval_store, key), approve=approve,
+                      durable=durable)
+        hint = f"the run was kept: finish it with agent.resume({session_id!r})"
+        return AgentRun(
+            lambda emit: play_linked(
+                signal, control, play(self._base.config, env, control, state, (), emit=emit,
+                                      resume_hint=hint)
+            ),
+            control,
         )
-        try:
-            store = self.checkpoint_store if session_id is not None else self._scratch
-            key = session_id if session_id is not None else f"run-{control.run_id}"
-            state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
-            if session_id is None and approve is None:
-                cfg = self._scratch_config  # the common case, built once
-            else:
-                cfg = self._turn_config(checkpoints=store, approvals=self.approval_store,
-                                        approve=approve, durable=session_id is not None)
-            result = yield from run_turn(cfg, control, state, ())
-            if result.finish_reason not in ("awaiting-approval", "aborted"):
-                store.delete(key)
-            return result
-        finally:
-            if unlink is not None:
-                unlink()
 
     def _resume_one_shot(
         self, store: CheckpointStore, key: str, signal: Signal | None = None
@@ -202,23 +178,11 @@ class Agent:
         cp = store.load(key)
         if cp is None:
             return None
-        control = TurnControl(cp.run_id)
-        if cp.queued_inputs:
-            control.offer(cp.queued_inputs, steer=False)
-        unlink = (
-            signal.add_callback(lambda: control.abort(signal.reason)) if signal is not None
-            else None
-        )
-        try:
-            cfg = self._turn_config(checkpoints=store, approvals=self.approval_store)
-            gen = run_turn(cfg, control, TurnState.from_checkpoint(cp), (), resumed=True)
-            result: ExecutionResult = _drive(gen)
-            if result.finish_reason not in ("awaiting-approval", "aborted"):
-                store.delete(key)
-            return result
-        finally:
-            if unlink is not None:
-                unlink()
+        control, state = resumed_turn(cp)
+        env = TurnEnv(writer=TurnWriter(store, self.approval_store, key))
+        gen = play(self._base.config, env, control, state, (), emit=False, resumed=True)
+        result: ExecutionResult = drive(play_linked(signal, control, gen))
+        return result
 
     # --- sessions ------------------------------------------------------------------------------
     def session(
@@ -243,15 +207,18 @@ class Agent:
                 if sessions is None:
                     sessions = MemorySessionStore()
                     self._default_stores[sid] = sessions
+        checkpoints = checkpoint_store or s_checkpoints or self.checkpoint_store
         kwargs: dict[str, Any] = {}
         if lease_ttl_s is not None:
             kwargs["lease_ttl_s"] = lease_ttl_s
         session = Session(
-            self,
+            self._base,
             sid,
             sessions=sessions,
-            checkpoints=checkpoint_store or s_checkpoints or self.checkpoint_store,
+            checkpoints=checkpoints,
             approvals=s_approvals or self.approval_store,
+            committer=_committer(store if s_sessions is not None else self._store,
+                                 sessions, checkpoints),
             turn_policy=turn_policy,
             limits=limits,
             **kwargs,
@@ -271,12 +238,73 @@ class Agent:
         """Finish what ``id`` left unfinished: first a one-shot run started with
         ``send(..., session_id=id)``, then the session's interrupted turn. None if nothing."""
         validate_session_id(id)
-        one_shot = self._resume_one_shot(self.checkpoint_store, id, signal)
+        one_shot = (self._resume_one_shot(self.checkpoint_store, id, signal)
+                    if self.checkpoint_store is not None else None)
         resumed = self._session_for(id).resume(signal=signal)
         return resumed if resumed is not None else one_shot
 
+    def _paused_turn(
+        self, record: ApprovalRecord
+    ) -> tuple[Session | None, CheckpointStore, Checkpoint | None]:
+        """The session (None for one-shot runs), store and checkpoint of the turn that
+        ``record`` paused."""
+        where = parse_key(record.checkpoint_key, record.session_id)
+        session: Session | None = None
+        if where.kind == "session":
+            assert where.session_id is not None
+            session = self._session_for(where.session_id)
+            store = session.checkpoint_store or self._scratch
+        else:
+            store = (self.checkpoint_store if where.kind == "one-shot" else None) or self._scratch
+        return session, store, store.load(record.checkpoint_key)
+
+    def _resolve(self, id: str, approved: bool, reason: str | None) -> ExecutionResult | None:
+        record = self.approval_store.get(id)
+        if record is not None and record.status == "pending":
+            _, _, cp = self._paused_turn(record)
+            again = self.approval_store.get(id) if cp is None else None
+            if cp is None and again is not None and again.status == "pending":
+                raise ApprovalTurnMissingError(
+                    f"approval {id!r}: the turn that asked for it (checkpoint "
+                    f"{record.checkpoint_key!r} of session {record.session_id!r}) is not in "
+                    "this agent's checkpoint store, so resolving it could not run the tool; "
+                    "the record was left pending (was the turn kept only in the memory of "
+                    "another process?)",
+                    approval_id=id,
+                )
+        record = self.approval_store.resolve(id, approved=approved, reason=reason)
+        session, store, cp = self._paused_turn(record)
+        if cp is None:
+            return None  # discarded meanwhile (its approvals were denied with it)
+        still = [a for a in cp.pending_approval_ids
+                 if (r := self.approval_store.get(a)) is not None and r.status == "pending"]
+        if still:
+            return _awaiting(cp.run_id, still)
+        if session is not None:
+            return session.resume()
+        return self._resume_one_shot(store, record.checkpoint_key)
+
+    def _pin(self, id: str, store: SessionStore, keep: bool) -> None:
+        """Keep the default in-memory transcript of ``id`` alive while its turn waits on an
+        approval (the ``Session`` objects may all be gone by the time it is resolved)."""
+        with self._lock:
+            if keep and self._default_stores.get(id) is store:
+                assert isinstance(store, MemorySessionStore)
+                self._pinned[id] = store
+            elif not keep and self._pinned.get(id) is store:
+                del self._pinned[id]
+
     def __repr__(self) -> str:
         return f"<Agent provider={type(self.provider).__name__} tools={list(self.tools)}>"
+
+
+def _committer(store: object, sessions: object, checkpoints: object) -> object:
+    """``store`` when it commits turns itself and both parts in use are its own."""
+    if (store is not None and hasattr(store, "commit_turn")
+            and getattr(store, "sessions", None) is sessions
+            and getattr(store, "checkpoints", None) is checkpoints):
+        return store
+    return None
 
 
 class Approvals:
@@ -298,35 +326,13 @@ class Approvals:
     ) -> ExecutionResult | None:
         """Approve or deny; when it was the turn's last open approval, continue the turn (as
         the session's next turn) and return its result. Exactly one resolver wins; others get
-        ApprovalAlreadyResolvedError. None when the turn no longer exists (discarded)."""
-        agent = self._agent
-        record = agent.approval_store.resolve(id, approved=approved, reason=reason)
-        key = record.checkpoint_key
-        if record.session_id is not None and key.startswith(f"{record.session_id}.turn-"):
-            session = agent._session_for(record.session_id)
-            store = session.checkpoint_store
-            cp = store.load(key) if store is not None else None
-            if cp is None:
-                return None
-            still = [a for a in cp.pending_approval_ids
-                     if (r := agent.approval_store.get(a)) is not None and r.status == "pending"]
-            if still:
-                return _awaiting(cp.run_id, still)
-            return session.resume()
-        store = agent._scratch if key.startswith("run-") else agent.checkpoint_store
-        cp = store.load(key)
-        if cp is None:
-            return None
-        still = [a for a in cp.pending_approval_ids
-                 if (r := agent.approval_store.get(a)) is not None and r.status == "pending"]
-        if still:
-            return _awaiting(cp.run_id, still)
-        return agent._resume_one_shot(store, key)
+        ApprovalAlreadyResolvedError. When the paused turn cannot be found, raises
+        ApprovalTurnMissingError and leaves the record pending (never "approved" without
+        running)."""
+        return self._agent._resolve(id, approved, reason)
 
 
 def _awaiting(run_id: str, pending: list[str]) -> ExecutionResult:
-    from .messages import Usage
-
     return ExecutionResult(
         text="", finish_reason="awaiting-approval", messages=(), usage=Usage(), steps=0,
         run_id=run_id, approval_id=pending[0], approval_ids=tuple(pending),
@@ -344,7 +350,7 @@ def create_agent(
     limits: Limits | None = None,
     prices: Mapping[str, Price] | None = None,
     project_instructions: bool | str | Path = False,
-    compaction: Any = None,
+    compaction: Compaction | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> Agent:
     """Build an :class:`Agent`. Give a ``provider`` object or a ``model`` string

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -75,6 +77,43 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lousho`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    notices = _Notices()
+    log = logging.getLogger("lousho_sync")
+    saved = log.propagate
+    log.addHandler(notices)
+    log.propagate = False
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = notices.warning
+            return _main(args)
+    finally:
+        log.removeHandler(notices)
+        log.propagate = saved
+
+
+class _Notices(logging.Handler):
+    """Warnings and WARNING logs as ``lousho: warning: ...`` lines on stderr, each once
+    (a library warning is often both a warning and a log record)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._seen: set[str] = set()
+
+    def say(self, text: str) -> None:
+        line = " ".join(text.split())
+        if line not in self._seen:
+            self._seen.add(line)
+            print(f"lousho: warning: {line}", file=sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.say(record.getMessage())
+
+    def warning(self, message: Warning | str, category: type[Warning], filename: str,
+                lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
+        self.say(str(message))
+
+
+def _main(args: argparse.Namespace) -> int:
     from .errors import ConfigError, InvalidSessionIdError, LoushoError
 
     try:

@@ -30,35 +30,28 @@ import json
 import logging
 import math
 import threading
-import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from .errors import (
-    LoushoError,
-    ProviderError,
-    SessionAwaitingApprovalError,
-    SessionBusyError,
-)
-from .events import CompactionDone, CompactionStart
-from .limits import cost_of, exceeded_before_model_call
+from .errors import ConfigError, LoushoError, ProviderError
+from .limits import Price, cost_of
 from .messages import FilePart, ImagePart, Message, TextPart, Usage
-from .providers.base import ModelRequest
+from .providers.base import ModelRequest, Provider, ToolSpec
 from .signal import AbortController, Signal
-
-if TYPE_CHECKING:
-    from .session import Session
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
     "Compaction",
-    "compact_session",
-    "estimate_input_tokens",
+    "TokenTally",
+    "check_keep_last",
     "estimate_tokens",
+    "fixed_tokens",
     "is_summary",
-    "maybe_compact",
+    "render",
+    "split_point",
+    "summarise",
 ]
 
 _log = logging.getLogger(__name__)
@@ -93,103 +86,13 @@ def is_summary(message: Message) -> bool:
     return message.role == "user" and message.metadata.get("lousho") == "summary"
 
 
-# --- manual compaction -------------------------------------------------------------------------
-def compact_session(
-    session: Session,
-    *,
-    keep_last: int = 8,
-    instructions: str | None = None,
-    signal: Signal | None = None,
-) -> bool:
-    """Compact ``session`` now (see :meth:`Session.compact`); True when it changed.
-
-    Refused with SessionBusyError while a turn runs or waits to start, or while an
-    interrupted turn pends (resume or discard it first), and with
-    SessionAwaitingApprovalError while a turn waits on an approval. Atomic: a provider or
-    store failure raises and leaves the transcript as it was, in memory and in the store
-    (listeners then saw ``compaction.start`` and no ``compaction.done``). Nothing to compact:
-    no model call, no event, False.
-    """
-    _check_keep_last(keep_last)
-    with session._exclusive("compact()"):
-        session._sync()
-        _refuse_if_pending(session)
-        return compact_held(session, keep_last=keep_last, instructions=instructions,
-                            signal=signal)
-
-
-def _check_keep_last(keep_last: int) -> None:
+def check_keep_last(keep_last: object) -> None:
+    """ConfigError unless ``keep_last`` is an int >= 0."""
     if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
-        from .errors import ConfigError
-
         raise ConfigError(f"keep_last must be an int >= 0; got {keep_last!r}")
 
 
-def _refuse_if_pending(session: Session) -> None:
-    cp = session._pending_checkpoint()
-    if cp is None:
-        return
-    if cp.status == "awaiting-approval":
-        pending = session._still_pending(cp)
-        if pending:
-            raise SessionAwaitingApprovalError(
-                f"session {session.id!r} has a turn waiting on approval {pending[0]!r}; "
-                "resolve it or discard_pending() before compact()",
-                approval_id=pending[0],
-                session_id=session.id,
-            )
-    raise SessionBusyError(
-        f"session {session.id!r} has an unfinished turn; resume() or discard_pending() it "
-        "before compact()",
-        session_id=session.id,
-    )
-
-
-def compact_held(
-    session: Session,
-    *,
-    keep_last: int,
-    instructions: str | None,
-    signal: Signal | None = None,
-) -> bool:
-    """Compact while the caller holds the session's turn slot (and lease) and the cached
-    transcript is current; True when the transcript changed."""
-    st = session._state
-    messages = st.messages
-    before = len(messages)
-    cut = split_point(messages, keep_last)
-    if cut == 0 or (cut == 1 and is_summary(messages[0])):
-        return False
-    older, kept = messages[:cut], messages[cut:]
-    session._emit(CompactionStart, messages_before=before)
-    summary = _summarise(session, older, instructions, signal)
-    new = [summary, *kept]
-    _drop_stale_checkpoints(session)
-    session.store.save(session.id, new)
-    from .session import _counters
-
-    revision = session.store.revision(session.id) if st.has_revision else None  # type: ignore[attr-defined]
-    with st.lock:
-        st.messages = new
-        st.used = _counters(new)
-        st.revision = revision
-        st.loaded = True
-    _log.info("session %s: compacted %d messages into a summary (%d -> %d)", session.id,
-              cut, before, len(new))
-    session._emit(CompactionDone, messages_before=before, messages_after=len(new))
-    return True
-
-
-def _drop_stale_checkpoints(session: Session) -> None:
-    """Delete the session's turn checkpoints: none pends (checked by the caller), and a
-    shorter transcript would otherwise take a leftover ``<id>.turn-<n>`` for its own."""
-    store = session.checkpoint_store
-    if store is None:
-        return
-    for key in store.keys(f"{session.id}.turn-"):
-        store.delete(key)
-
-
+# --- the cut and the summary ---------------------------------------------------------------
 def split_point(messages: Sequence[Message], keep_last: int) -> int:
     """Index of the first kept message (0: nothing to compact). See the module docstring."""
     start = len(messages) - keep_last
@@ -206,10 +109,21 @@ def split_point(messages: Sequence[Message], keep_last: int) -> int:
     return 0
 
 
-def _summarise(
-    session: Session, older: Sequence[Message], instructions: str | None, signal: Signal | None
+def summarise(
+    provider: Provider,
+    older: Sequence[Message],
+    *,
+    settings: Mapping[str, Any],
+    prices: Mapping[str, Price] | None,
+    cost_required: bool,
+    instructions: str | None = None,
+    signal: Signal | None = None,
+    session_id: str | None = None,
 ) -> Message:
-    cfg = session._config(None)
+    """The summary message replacing ``older``, written by ``provider`` (one model call).
+
+    Raises ProviderError when the call fails or the summary is empty.
+    """
     system = SUMMARY_INSTRUCTIONS
     if instructions:
         system = f"{system}\n\nAlso: {instructions}"
@@ -217,9 +131,8 @@ def _summarise(
         system,
         [Message("user", "The conversation to summarise:\n\n" + render(older))],
         (),
-        cfg.settings,
+        settings,
     )
-    provider = cfg.provider
     name = type(provider).__name__
     try:
         response = provider.complete(
@@ -229,17 +142,17 @@ def _summarise(
         raise
     except Exception as exc:
         raise ProviderError(
-            f"provider {name} failed while summarising session {session.id!r}: "
+            f"provider {name} failed while summarising session {session_id!r}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
     text = response.message.text.strip()
     if not text:
         raise ProviderError(
-            f"provider {name} returned an empty summary for session {session.id!r}; the "
+            f"provider {name} returned an empty summary for session {session_id!r}; the "
             "transcript was left as it was"
         )
-    call_usage = cost_of(response.message.usage or Usage(), response.model, cfg.prices,
-                         required=cfg.cost_required)
+    call_usage = cost_of(response.message.usage or Usage(), response.model, prices,
+                         required=cost_required)
     usage = call_usage
     steps = tool_calls = 0
     for m in older:
@@ -320,84 +233,38 @@ def estimate_tokens(message: Message) -> int:
     return tokens + math.ceil(chars / 4)
 
 
-@attrs.define(slots=True)
-class _Tally:
-    messages: list[Message]
-    counted: int
-    tokens: int
+class TokenTally:
+    """Estimated tokens of a transcript, counting only the messages added since the last
+    call. The transcript list is append-only while it is current (compaction and clear
+    replace it), so the list's identity and the counted length keep the tally right.
 
-
-_TALLIES: weakref.WeakKeyDictionary[Any, _Tally] = weakref.WeakKeyDictionary()
-_TALLY_LOCK = threading.Lock()
-
-
-def _transcript_tokens(state: Any) -> int:
-    """Estimated tokens of ``state.messages``, counting only messages not counted before.
-
-    The transcript list is append-only while it is current (compaction and clear replace
-    it), so a tally keyed by the list's identity and its counted length stays right.
+    Thread-safe: one lock guards the tally.
     """
-    messages: list[Message] = state.messages
-    with _TALLY_LOCK:
-        tally = _TALLIES.get(state)
-        if tally is None or tally.messages is not messages or tally.counted > len(messages):
-            tally = _Tally(messages, 0, 0)
-            _TALLIES[state] = tally
-        n = len(messages)
-        if tally.counted < n:
-            tally.tokens += sum(estimate_tokens(messages[i]) for i in range(tally.counted, n))
-            tally.counted = n
-        return tally.tokens
+
+    __slots__ = ("_counted", "_lock", "_messages", "_tokens")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._messages: list[Message] | None = None
+        self._counted = 0
+        self._tokens = 0
+
+    def tokens(self, messages: list[Message]) -> int:
+        """Estimated tokens of ``messages``."""
+        with self._lock:
+            if self._messages is not messages or self._counted > len(messages):
+                self._messages, self._counted, self._tokens = messages, 0, 0
+            n = len(messages)
+            if self._counted < n:
+                self._tokens += sum(estimate_tokens(messages[i])
+                                    for i in range(self._counted, n))
+                self._counted = n
+            return self._tokens
 
 
-def estimate_input_tokens(session: Session, new_input: Sequence[Message] = ()) -> int:
-    """Estimated input tokens of the session's next model call: system prompt, tool specs,
-    transcript and ``new_input`` (see the module docstring)."""
-    cfg = session._config(None)
-    fixed = len(cfg.system or "")
-    if cfg.tool_specs:
-        fixed += len(json.dumps([attrs.asdict(s) for s in cfg.tool_specs], default=str))
-    return (
-        math.ceil(fixed / 4)
-        + _transcript_tokens(session._state)
-        + sum(estimate_tokens(m) for m in new_input)
-    )
-
-
-# --- automatic policy --------------------------------------------------------------------------
-def maybe_compact(
-    session: Session,
-    new_input: Sequence[Message] = (),
-    *,
-    signal: Signal | None = None,
-) -> bool:
-    """The automatic policy, called at the start of a turn while the turn holds the
-    session's slot and lease, after the cached transcript was synced: when the agent has a
-    :class:`Compaction` and the estimated input (system + tools + transcript + ``new_input``)
-    exceeds its ``max_input_tokens``, compact. True when the transcript changed.
-
-    Skipped when a turn pends (its checkpoint is keyed by the transcript length) and when
-    the session budget is already spent (the turn will be refused anyway). An abort of
-    ``signal`` during the summary call is swallowed (False; the turn then sees the abort);
-    any other failure raises and leaves the transcript as it was.
-    """
-    policy = getattr(session._agent, "compaction", None)
-    if not isinstance(policy, Compaction):
-        return False
-    estimate = estimate_input_tokens(session, new_input)
-    if estimate <= policy.max_input_tokens:
-        return False
-    if session._pending_checkpoint() is not None:
-        return False
-    if exceeded_before_model_call(session.limits, session._state.used) is not None:
-        return False
-    _log.info("session %s: estimated input %d tokens > %d; compacting", session.id, estimate,
-              policy.max_input_tokens)
-    try:
-        return compact_held(session, keep_last=policy.keep_last,
-                            instructions=policy.instructions, signal=signal)
-    except Exception:
-        if signal is not None and signal.aborted:
-            _log.info("session %s: compaction aborted with its turn", session.id)
-            return False
-        raise
+def fixed_tokens(system: str | None, tool_specs: Sequence[ToolSpec]) -> int:
+    """Estimated tokens of the system prompt and the tool specs (sent with every call)."""
+    chars = len(system or "")
+    if tool_specs:
+        chars += len(json.dumps([attrs.asdict(s) for s in tool_specs], default=str))
+    return math.ceil(chars / 4)

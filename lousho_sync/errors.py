@@ -9,6 +9,9 @@
     ├── SessionBusyError                       a turn is running (reject policy, clear, compact)
     ├── SessionAwaitingApprovalError           a turn waits on a human (.approval_id)
     ├── AbortedError                           a signal was aborted
+    ├── RunConsumedError (RuntimeError)        a run's events were already read
+    ├── RunTimeoutError (TimeoutError)         result(timeout=) ran out (the run goes on)
+    ├── LoopClosedError (RuntimeError)         an aio callback's event loop closed first
     ├── PropagatingToolError                   raised by a tool to end the turn
     ├── ProviderError                          the model provider failed (.status, .retryable)
     │   └── RateLimitedError                   429
@@ -19,10 +22,16 @@
     │   ├── StoreTooNewError
     │   ├── StoreConflictError
     │   └── LeaseLostError                     a write refused: a newer lease holder exists
+    ├── ApprovalTurnMissingError (LookupError) the paused turn of an approval is gone
     ├── ApprovalAlreadyResolvedError
     └── ApprovalNotFoundError (KeyError)
 
 Codes (``.code``) are stable public API.
+
+Warnings (``warnings.warn``; each also logged once at WARNING)::
+
+    LoushoWarning (UserWarning, .code)
+    └── StoreDurabilityWarning                 a store may lose or damage acknowledged data
 """
 
 from __future__ import annotations
@@ -31,19 +40,25 @@ __all__ = [
     "AbortedError",
     "ApprovalAlreadyResolvedError",
     "ApprovalNotFoundError",
+    "ApprovalTurnMissingError",
     "ConfigError",
     "InvalidInputError",
     "InvalidSessionIdError",
     "LeaseLostError",
+    "LoopClosedError",
     "LoushoError",
+    "LoushoWarning",
     "PropagatingToolError",
     "ProviderError",
     "RateLimitedError",
+    "RunConsumedError",
+    "RunTimeoutError",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
@@ -51,9 +66,15 @@ __all__ = [
 
 
 class LoushoError(Exception):
-    """Root of every lousho error; ``code`` is a stable string."""
+    """Root of every lousho error; ``code`` is a stable string.
+
+    ``pending`` is set on errors raised by a session's ``send``/``stream``/``resume`` (and
+    a one-shot run's): True when a turn was kept and pends (finish it with ``resume()`` or
+    drop it with ``discard_pending()``), False when nothing was kept; None elsewhere.
+    """
 
     code: str = "LOUSHO_ERROR"
+    pending: bool | None = None
 
 
 class InvalidInputError(LoushoError, TypeError):
@@ -92,6 +113,7 @@ class SessionAwaitingApprovalError(LoushoError):
     """A turn of the session is paused on an approval; resolve or discard it first."""
 
     code = "LOUSHO_SESSION_AWAITING_APPROVAL"
+    pending = True  # the turn waiting on the approval
 
     def __init__(
         self, message: str, *, approval_id: str | None, session_id: str | None = None
@@ -109,6 +131,24 @@ class AbortedError(LoushoError):
     def __init__(self, message: str = "aborted", *, reason: object = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class RunConsumedError(LoushoError, RuntimeError):
+    """An ``AgentRun`` was iterated after its events were read (or ``result()`` drove it)."""
+
+    code = "LOUSHO_RUN_CONSUMED"
+
+
+class RunTimeoutError(LoushoError, TimeoutError):
+    """``result(timeout=...)`` ran out before the run ended; the run goes on."""
+
+    code = "LOUSHO_TIMEOUT"
+
+
+class LoopClosedError(LoushoError, RuntimeError):
+    """``lousho_aio``: the event loop running an async callback closed before it returned."""
+
+    code = "LOUSHO_LOOP_CLOSED"
 
 
 class PropagatingToolError(LoushoError):
@@ -226,6 +266,17 @@ class ApprovalAlreadyResolvedError(LoushoError):
         self.approval_id = approval_id
 
 
+class ApprovalTurnMissingError(LoushoError, LookupError):
+    """The turn an approval paused cannot be found, so resolving it could not continue it;
+    the record was left pending."""
+
+    code = "LOUSHO_APPROVAL_TURN_MISSING"
+
+    def __init__(self, message: str, *, approval_id: str | None = None) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+
+
 class ApprovalNotFoundError(LoushoError, KeyError):
     """No approval has this id."""
 
@@ -237,3 +288,17 @@ class ApprovalNotFoundError(LoushoError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class LoushoWarning(UserWarning):
+    """Root of every warning lousho issues; ``code`` is a stable string."""
+
+    code: str = "LOUSHO_WARNING"
+
+
+class StoreDurabilityWarning(LoushoWarning):
+    """A store's setup can lose or damage acknowledged data (a Redis server without
+    persistence; a SQLite library with a known corruption bug). Issued once per server
+    address or per process; filter it with ``warnings.filterwarnings``."""
+
+    code = "LOUSHO_STORE_DURABILITY"

@@ -25,7 +25,7 @@ def to_messages(input: object) -> tuple[Message, ...]:
         if all(isinstance(x, _PARTS) for x in input):
             return (Message("user", tuple(input)),)
         if all(isinstance(x, Message) for x in input):
-            return tuple(input)
+            return _check_tool_pairs(tuple(input))
         kinds = sorted({type(x).__name__ for x in input})
         raise InvalidInputError(
             "input must be a str, a sequence of content parts (TextPart, ImagePart, FilePart) "
@@ -37,3 +37,32 @@ def to_messages(input: object) -> tuple[Message, ...]:
         "input must be a str, a sequence of content parts (TextPart, ImagePart, FilePart) or "
         f"a sequence of Message; got {type(input).__name__}"
     )
+
+
+def _check_tool_pairs(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """``messages`` when every assistant tool call in them has its result after it and
+    every tool result answers such a call; else InvalidInputError naming the call id (a
+    transcript never holds one without the other)."""
+    open_calls: dict[str, str] = {}
+    answered: set[str] = set()
+    for m in messages:
+        if m.role == "assistant":
+            for call in m.tool_calls:
+                open_calls[call.id] = call.name
+        elif m.role == "tool":
+            cid = m.tool_call_id
+            if cid is None or cid not in open_calls or cid in answered:
+                raise InvalidInputError(
+                    f"input holds a tool result for call id {cid!r} with no assistant tool "
+                    "call of that id before it (or a second result for it): give each tool "
+                    "result after the assistant message that calls it"
+                )
+            answered.add(cid)
+    missing = [cid for cid in open_calls if cid not in answered]
+    if missing:
+        raise InvalidInputError(
+            f"input holds an assistant tool call without its result (call id {missing[0]!r}, "
+            f"tool {open_calls[missing[0]]!r}): add a role='tool' message with "
+            f"tool_call_id={missing[0]!r} after it, or leave the call out"
+        )
+    return messages

@@ -20,7 +20,8 @@ class ExecutionResult:
     ``messages`` are the messages this turn added (user message first); ``usage`` is summed
     over the turn; ``steps`` counts model calls; ``approval_id``/``approval_ids`` name the
     pending approvals when ``finish_reason == "awaiting-approval"``; ``exceeded`` names the
-    limit when ``finish_reason == "limit"``.
+    limit when ``finish_reason == "limit"``; ``resumed`` is the result of a pending turn
+    that this call finished first (its events were not streamed), else None.
     """
 
     text: str
@@ -32,6 +33,7 @@ class ExecutionResult:
     approval_id: str | None = None
     approval_ids: tuple[str, ...] = ()
     exceeded: str | None = None
+    resumed: ExecutionResult | None = None
 
 
 @attrs.frozen(slots=True)

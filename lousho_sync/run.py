@@ -14,10 +14,10 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from typing import cast
 
+from .control import TurnControl
+from .errors import RunConsumedError, RunTimeoutError
 from .events import RunDone, RunEvent, RunFailed
-from .executor import QUIET, TurnControl
 from .inputs import InputLike, to_messages
 from .results import ExecutionResult
 from .signal import Latch
@@ -27,6 +27,9 @@ __all__ = ["AgentRun"]
 _log = logging.getLogger(__name__)
 
 Driver = Generator[RunEvent, None, ExecutionResult]
+DriverFactory = Callable[[bool], Driver]
+"""Starts the turn's driver; its argument says whether anyone will read the events (when
+False the driver builds none and yields nothing)."""
 
 
 class AgentRun:
@@ -38,12 +41,14 @@ class AgentRun:
 
     def __init__(
         self,
-        driver: Driver,
+        driver: DriverFactory,
         control: TurnControl,
         *,
         on_discard: Callable[[], None] | None = None,
     ) -> None:
-        self._driver = driver
+        self._factory = driver
+        self._driver: Driver | None = None
+        self._quiet = False
         self._control = control
         self._on_discard = on_discard
         self._lock = threading.Lock()
@@ -77,13 +82,15 @@ class AgentRun:
             return None
         self._started = True
         try:
+            if self._driver is None:
+                self._driver = self._factory(not self._quiet)
             return next(self._driver)
         except StopIteration as stop:
             result: ExecutionResult = stop.value
             self._result = result
-            if self._control.quiet:
+            if self._quiet:
                 self._finish()
-                return cast(RunEvent, QUIET)
+                return None
             done = RunDone(
                 run_id=self.run_id,
                 seq=self._control.next_seq(),
@@ -119,7 +126,10 @@ class AgentRun:
     def __iter__(self) -> Iterator[RunEvent]:
         with self._lock:
             if self._iterating_thread is not None:
-                raise RuntimeError("an AgentRun can be iterated only once")
+                raise RunConsumedError(
+                    f"run {self.run_id} was already consumed (iterated, or driven by "
+                    "result()); its events can be read only once"
+                )
             self._iterating_thread = threading.get_ident()
         return self._events()
 
@@ -137,7 +147,7 @@ class AgentRun:
             with self._lock:
                 self._iter_closed = True
             if not complete and not self._done.is_set():
-                self._control.abort("the consumer stopped iterating")
+                self.leave()
                 self._drain()
 
     # --- result -------------------------------------------------------------------------------
@@ -146,7 +156,7 @@ class AgentRun:
 
         Works whether or not the events were iterated; when nobody is iterating, the run is
         driven here (its events are discarded). ``timeout`` raises TimeoutError (the run
-        goes on).
+        goes on); a TimeoutError, RunTimeoutError.
         """
         if not self._done.is_set():
             with self._lock:
@@ -159,14 +169,14 @@ class AgentRun:
                 if drive_here and self._iterating_thread is None:
                     self._iterating_thread = me
                     self._iter_closed = True
-                    self._control.quiet = True  # nobody can read the events any more
+                    self._quiet = True  # nobody can read the events any more
             if drive_here:
                 if timeout is None:
                     self._drain()
                 else:
                     self._drive_in_background()
             if not self._done.wait(timeout):
-                raise TimeoutError(f"run {self.run_id} did not finish within {timeout} s")
+                raise RunTimeoutError(f"run {self.run_id} did not finish within {timeout} s")
         if self._error is not None:
             raise self._error
         assert self._result is not None
@@ -184,6 +194,13 @@ class AgentRun:
     def abort(self, reason: object = None) -> None:
         """Abort the turn (the transcript stays as it was); idempotent, any thread."""
         self._control.abort("aborted" if reason is None else reason)
+
+    def leave(self) -> None:
+        """Say the reader stopped reading (as leaving the ``for`` loop does): a run whose
+        final answer was already streamed (its text ended, no tool call) finishes and is
+        saved; one with anything left to do (a tool, another model call, more text) is
+        aborted. Does not wait; any thread."""
+        self._control.leave()
 
     def enqueue(self, input: InputLike) -> bool:
         """Add user input to the running turn: it is applied after the current step's tool
@@ -204,7 +221,6 @@ class AgentRun:
                 self._control.abort("the run was discarded")
                 if self._on_discard is not None:
                     self._on_discard()
-                self._driver.close()
                 return
             if not self._drive_lock.locked():
                 self._control.abort("the run was discarded")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .errors import AbortedError
 
-__all__ = ["AbortController", "Signal"]
+__all__ = ["AbortController", "Signal", "link"]
 
 _log = logging.getLogger(__name__)
 
@@ -119,6 +119,14 @@ class AbortController:
 
     def __repr__(self) -> str:
         return f"<AbortController {self.signal!r}>"
+
+
+def link(signal: Signal | None, abort: Callable[[object], object]) -> Callable[[], None]:
+    """Make ``signal`` (when given) call ``abort(reason)`` once it aborts; returns the
+    unlink function (call it when the linked work ends). The one place signals are chained."""
+    if signal is None:
+        return _noop
+    return signal.add_callback(lambda: abort(signal.reason))
 
 
 class Latch:

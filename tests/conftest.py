@@ -21,6 +21,10 @@ from lousho_sync.stores.base import ApprovalRecord, Checkpoint
 
 WAIT = 10.0  # seconds: the longest any event/join in a test may wait
 
+# SqliteStore on the standard sqlite3 module (what most users run, with its WAL-reset guard)
+# unless the run says otherwise; tests/test_sqlite_wal.py covers the pysqlite3 choice.
+os.environ.setdefault("LOUSHO_SQLITE_DRIVER", "sqlite3")
+
 
 def wait(event: threading.Event, what: str = "event") -> None:
     """Wait for ``event`` or fail the test."""
@@ -114,6 +118,22 @@ def _wait_for_ready(fd: int) -> None:
                 f"redis-server did not start: {log.decode('utf-8', errors='replace')}"
             )
         log += chunk
+
+
+STORE_KINDS = ["files", "sqlite", "redis"]
+"""The durable stores the crash and multi-process tests run on (``tests/crash_child.py``)."""
+
+
+@pytest.fixture
+def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A durable store kind, given by ``parametrize("kind", STORE_KINDS, indirect=True)``.
+    For ``redis`` it takes the shared Redis server (so the test is reported skipped, with
+    the reason, when there is none, and fails under ``CI``) and hands its URL to child
+    processes through ``LOUSHO_TEST_REDIS_URL``."""
+    value = str(request.param)
+    if value == "redis":
+        monkeypatch.setenv("LOUSHO_TEST_REDIS_URL", request.getfixturevalue("redis_url"))
+    return value
 
 
 @pytest.fixture

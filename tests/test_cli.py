@@ -315,7 +315,7 @@ def problem(proc: subprocess.CompletedProcess[str]) -> str:
     """The one stderr line of a store problem (exit 1, no traceback)."""
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr
-    lines = proc.stderr.splitlines()
+    lines = [x for x in proc.stderr.splitlines() if not x.startswith("lousho: warning: ")]
     assert len(lines) == 1 and lines[0].startswith("lousho: error: "), proc.stderr
     assert "you> " not in proc.stdout  # reported before the first prompt
     return lines[0]

@@ -35,7 +35,6 @@ from lousho_sync import (
 )
 from lousho_sync.compaction import (
     SUMMARY_INSTRUCTIONS,
-    estimate_input_tokens,
     estimate_tokens,
     is_summary,
     split_point,
@@ -454,17 +453,17 @@ def test_the_estimate_is_about_four_characters_per_token_and_kept_incrementally(
     def fresh() -> int:
         spec = len(json.dumps(
             [{"name": s.name, "description": s.description, "parameters": dict(s.parameters)}
-             for s in agent._base.tool_specs]))
+             for s in agent._base.config.tool_specs]))
         return (-(-(40 + spec) // 4) + sum(estimate_tokens(m) for m in session.messages)
                 + estimate_tokens(new[0]))
 
-    assert estimate_input_tokens(session, new) == fresh()
+    assert session.estimate_input_tokens(new) == fresh()
     build(session, THREE_TURNS)
-    assert estimate_input_tokens(session, new) == fresh()
+    assert session.estimate_input_tokens(new) == fresh()
     session.compact(keep_last=2)  # a new list: counted again from scratch
-    assert estimate_input_tokens(session, new) == fresh()
+    assert session.estimate_input_tokens(new) == fresh()
     session.clear()
-    assert estimate_input_tokens(session, new) == fresh()
+    assert session.estimate_input_tokens(new) == fresh()
 
 
 # --- automatic compaction (needs the lead's hook in Session._turn_driver) ----------------------
@@ -483,11 +482,11 @@ LONG = "x" * 400  # about 104 tokens
 def test_a_turn_whose_estimated_input_exceeds_the_threshold_compacts_first() -> None:
     model = Model()
     session, events = auto_session(model)
-    assert estimate_input_tokens(session) < 100  # system prompt and tool specs
+    assert session.estimate_input_tokens() < 100  # system prompt and tool specs
     session.send(f"{LONG}1")
     session.send(f"{LONG}2")  # transcript + input still under 300 tokens
     assert events == [] and model.summary_calls == []
-    assert estimate_input_tokens(session, (Message("user", f"{LONG}3"),)) > 300
+    assert session.estimate_input_tokens((Message("user", f"{LONG}3"),)) > 300
     result = session.send(f"{LONG}3")
     assert [e.type for e in events] == ["compaction.start", "compaction.done"]
     start = events[0]

@@ -10,18 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import STORE_KINDS
 from crash_child import FINAL_CHUNKS, SESSION, make_agent
 
 HERE = Path(__file__).resolve().parent
-KINDS = ["files"]
-try:
-    import lousho_sync.sqlite  # noqa: F401
-
-    KINDS.append("sqlite")
-except ImportError:  # pragma: no cover
-    pass
-if os.environ.get("LOUSHO_TEST_REDIS_URL"):
-    KINDS.append("redis")
+KINDS = STORE_KINDS  # "redis" runs on the shared server, or is skipped with the reason
 
 EXPECTED = [
     ("user", "go", ()),
@@ -80,7 +73,7 @@ def _assert_no_orphans(messages: object) -> None:
     assert sorted(calls) == sorted(results)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_kill_during_a_tool_call_then_resume(kind: str, tmp_path: Path) -> None:
     proc = _spawn(kind, tmp_path, "tool")
     _read_until(proc, "BLOCKED")
@@ -97,7 +90,7 @@ def test_kill_during_a_tool_call_then_resume(kind: str, tmp_path: Path) -> None:
     assert _lines(tmp_path / "provider.log") == ["1", "2", "3"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_kill_after_a_tool_result_was_checkpointed_then_resume(kind: str, tmp_path: Path) -> None:
     proc = _spawn(kind, tmp_path, "after-result")
     _read_until(proc, "BLOCKED")
@@ -111,7 +104,7 @@ def test_kill_after_a_tool_result_was_checkpointed_then_resume(kind: str, tmp_pa
     assert session.pending() is None
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_kill_while_the_model_streams_then_resume(kind: str, tmp_path: Path) -> None:
     proc = _spawn(kind, tmp_path, "stream")
     _read_until(proc, "BLOCKED")
@@ -127,7 +120,7 @@ def test_kill_while_the_model_streams_then_resume(kind: str, tmp_path: Path) -> 
 EVENTS_PER_TURN = 14  # run.start … run.done for the scripted turn
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_kill_at_random_points(kind: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("LOUSHO_CRASH_SEED", "20261202"))
     rng = random.Random(seed)

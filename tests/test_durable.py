@@ -83,25 +83,41 @@ def test_a_provider_error_leaves_an_interrupted_turn_that_resume_finishes() -> N
     assert store.checkpoints.keys("u1.") == []  # type: ignore[union-attr]
 
 
+@tool
+def ping() -> str:
+    """Answers pong."""
+    return "pong"
+
+
+PING = Step(tool_calls=(ToolCall("p1", "ping", {}),))
+
+
 def test_send_resumes_a_pending_turn_first_then_sends() -> None:
-    provider = ScriptedProvider([Step(error=ProviderError("down"))], default=lambda r: (
-        f"re: {list(r.messages)[-1].text}"))
-    session = create_agent(provider=provider).session()
-    with pytest.raises(ProviderError):
+    # the first turn fails after recording progress (a tool result), so it pends
+    provider = ScriptedProvider([PING, Step(error=ProviderError("down"))],
+                                default=lambda r: f"re: {list(r.messages)[-1].text}")
+    session = create_agent(provider=provider, tools=[ping]).session()
+    with pytest.raises(ProviderError) as failed:
         session.send("first")
-    session.send("second")
-    assert texts(session.messages) == ["user:first", "assistant:re: first", "user:second",
+    assert failed.value.pending is True and "session.resume()" in str(failed.value)
+    result = session.send("second")
+    assert texts(session.messages) == ["user:first", "assistant:", "tool:pong",
+                                       "assistant:re: pong", "user:second",
                                        "assistant:re: second"]
+    assert result.resumed is not None and result.resumed.text == "re: pong"
 
 
 def test_a_resume_that_fails_again_raises_and_discard_pending_is_the_way_out() -> None:
-    provider = ScriptedProvider([Step(error=ProviderError("down"))] * 2, default="fine")
-    session = create_agent(provider=provider).session()
+    provider = ScriptedProvider([PING] + [Step(error=ProviderError("down"))] * 2,
+                                default="fine")
+    session = create_agent(provider=provider, tools=[ping]).session()
     with pytest.raises(ProviderError):
         session.send("first")
-    with pytest.raises(ProviderError):
+    with pytest.raises(ProviderError) as again:
         session.send("second")
-    assert session.messages == () and provider.calls == 2
+    assert again.value.pending is True
+    assert session.messages == () and provider.calls == 3
+    assert session.pending() == PendingTurn("interrupted")
     session.discard_pending()
     assert session.pending() is None
     assert session.send("third").text == "fine"
@@ -210,14 +226,16 @@ def test_queued_input_in_a_failed_turn_stays_in_the_checkpoint_and_resume_applie
     started = threading.Event()
     release = threading.Event()
 
-    def first(request: ModelRequest) -> Step:
+    def second(request: ModelRequest) -> Step:
         started.set()
         return Step(error=ProviderError("down"), gate=release)
 
-    provider = ScriptedProvider([first], default=lambda r: "saw " + " / ".join(
+    # the turn records progress (a tool result) before its second model call fails
+    provider = ScriptedProvider([PING, second], default=lambda r: "saw " + " / ".join(
         m.text for m in r.messages if m.role == "user"))
     store = memory_store()
-    session = create_agent(provider=provider, store=store).session(id="q", turn_policy="queue")
+    session = create_agent(provider=provider, store=store, tools=[ping]).session(
+        id="q", turn_policy="queue")
     out: list[object] = []
     t1 = threading.Thread(target=lambda: out.append(_catch(lambda: session.send("one"))))
     t1.start()
@@ -236,7 +254,8 @@ def test_queued_input_in_a_failed_turn_stays_in_the_checkpoint_and_resume_applie
     assert [m.text for m in cp.queued_inputs] == ["two"]
     result = session.resume()
     assert result is not None
-    assert texts(session.messages) == ["user:one", "user:two", "assistant:saw one / two"]
+    assert texts(session.messages) == ["user:one", "assistant:", "tool:pong", "user:two",
+                                       "assistant:saw one / two"]
 
 
 def _catch(fn):  # type: ignore[no-untyped-def]

@@ -87,7 +87,7 @@ def test_4_processes_x_50_turns_on_one_sqlite_database(tmp_path: Path) -> None:
     _check_transcript(agent.session(id="own").messages, {"p3": 50})
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_reject_and_queue_across_processes(kind: str, tmp_path: Path) -> None:
     holder = Child("hold", kind, tmp_path, "s")
     holder.send_line()
@@ -110,7 +110,7 @@ def test_reject_and_queue_across_processes(kind: str, tmp_path: Path) -> None:
         "from the child", "held answer", "after the child", "re: after the child"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_an_approval_paused_in_one_process_is_resolved_in_another(
     kind: str, tmp_path: Path
 ) -> None:

@@ -66,7 +66,7 @@ EXPECTED: dict[str, list[str]] = {
     "Session ids from user keys": ["ali-example-com-9d86ec2b59bb107bf110722c\n"
                                    "tenant-42-4b5d4625d71bf87fe91c295a\n"],
     "Turn policies": ["busy: HTTP 409\nslow\n"],
-    "Durable sessions and crash recovery": ["PendingTurn(status='interrupted'",
+    "Durable sessions and crash recovery": ["True\nPendingTurn(status='interrupted'",
                                             "It has shipped.\nNone\n"],
     "Approvals": ["awaiting-approval", "Done: sent 25.00 to Bob.\n"],
     "In an asyncio app": ["Hello there", "Hello there"],

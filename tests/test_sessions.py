@@ -11,10 +11,12 @@ from conftest import WAIT, wait
 
 from lousho_sync import (
     AbortController,
+    AgentStore,
     ContextCleared,
     ExecutionResult,
     InvalidSessionIdError,
     Limits,
+    MemoryCheckpointStore,
     MemorySessionStore,
     Message,
     ModelRequest,
@@ -502,7 +504,8 @@ def test_a_store_that_fails_to_save_fails_the_run_after_run_start() -> None:
     from lousho_sync import StoreUnavailableError
 
     store = BrokenStore(fail_save=True)
-    agent = create_agent(provider=ScriptedProvider(default="answer"), store=store)
+    agent = create_agent(provider=ScriptedProvider(default="answer"),
+                         store=AgentStore(sessions=store, checkpoints=MemoryCheckpointStore()))
     session = agent.session(id="s")
     events = list(session.stream("hi"))
     types = [e.type for e in events]

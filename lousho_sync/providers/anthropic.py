@@ -63,6 +63,8 @@ class AnthropicProvider:
     ) -> None:
         secret = checked_secret("AnthropicProvider", model, api_key, "ANTHROPIC_API_KEY")
         self.model = model
+        self.max_retries = max_retries
+        """Retries of one call (a stream broken mid-way is made again within them)."""
         base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.base_url = base.removesuffix("/v1")  # tolerate a base URL given with /v1
         self._url = self.base_url + "/v1/messages"

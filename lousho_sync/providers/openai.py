@@ -63,6 +63,8 @@ class OpenAIProvider:
             " (a local server that needs no key accepts any placeholder, e.g. 'unused')",
         )
         self.model = model
+        self.max_retries = max_retries
+        """Retries of one call (a stream broken mid-way is made again within them)."""
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = self.base_url.rstrip("/")
         self._url = self.base_url + "/chat/completions"

@@ -28,6 +28,16 @@ machines sharing a store should keep their clocks in sync (NTP) to well within a
 window. Lease expiry is Redis's own (``PX``). The store assumes one Redis server (or a
 primary with replicas), not Redis Cluster: scripts touch keys of several sessions.
 
+Durability: a turn acknowledged by the store survives a redis-server restart only when the
+server persists it: ``appendonly yes`` (with ``appendfsync everysec``, a crash of the server's
+machine can lose the last second; ``always`` loses nothing). RDB snapshots alone (``save``)
+lose what was written since the last snapshot, and a server with neither keeps nothing. On
+first use the store asks the server (``CONFIG GET appendonly`` and ``save``) and, when
+appendonly is off, logs a WARNING and issues a
+:class:`~lousho_sync.errors.StoreDurabilityWarning`, once per server address and process. A
+server where CONFIG is disabled or renamed (as on many managed services) is not warned about;
+the store logs that it could not tell, at INFO.
+
 Thread safety: redis-py clients are thread-safe (a connection pool); the store's own state
 (``closed`` and the layout check) is guarded by one lock. A store used in a forked child
 gets fresh connections there (redis-py resets its pool on fork).
@@ -43,6 +53,7 @@ import re
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast
@@ -74,6 +85,7 @@ from ..errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreDurabilityWarning,
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
@@ -230,6 +242,7 @@ class _Conn:
             )
         with self.lock:
             self.layout_checked = True
+        _check_persistence(self.client, self.address)
 
     def translate(
         self, exc: redis_errors.RedisError, what: str, session_id: str | None = None
@@ -274,6 +287,44 @@ class _Conn:
             self.closed = True
         if self.owns_client:
             self.client.close()
+
+
+_persistence_checked: set[str] = set()
+_persistence_lock = threading.Lock()
+
+
+def _config(client: redis.Redis, name: str) -> str:
+    """A server setting as text ("" when the server does not report it)."""
+    reply: dict[Any, Any] = client.config_get(name)
+    return next((_str(v) for k, v in reply.items() if _str(k) == name), "")
+
+
+def _check_persistence(client: redis.Redis, address: str) -> None:
+    """Warn once per address when the server does not append every write to disk."""
+    with _persistence_lock:
+        if address in _persistence_checked:
+            return
+        _persistence_checked.add(address)
+    try:
+        aof, save = _config(client, "appendonly"), _config(client, "save")
+    except redis_errors.ResponseError as exc:  # CONFIG disabled, renamed or not permitted
+        _log.info("could not tell whether the Redis server at %s persists writes "
+                  "(CONFIG GET failed: %s)", address, exc)
+        return
+    if aof.lower() == "yes":
+        return
+    if save.strip():
+        loss = (f"only RDB snapshots (save {save!r}): a restart loses every turn written "
+                "since the last snapshot")
+    else:
+        loss = "no persistence at all (appendonly no, save ''): a restart loses every session"
+    text = (
+        f"the Redis server at {address} has {loss}, silently. Turn on the append-only file "
+        "(CONFIG SET appendonly yes, and in redis.conf: appendonly yes, appendfsync "
+        "everysec or always) to keep acknowledged turns."
+    )
+    _log.warning("%s", text)
+    warnings.warn(text, StoreDurabilityWarning, stacklevel=2)
 
 
 class _Tokens:

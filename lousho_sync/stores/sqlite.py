@@ -31,6 +31,19 @@ checkpoint, or is lost if it had none: it was never acknowledged). A plain turn 
 sync. ``"normal"`` syncs only at WAL checkpoints: everything survives a process crash, but
 a power loss or OS crash may lose the last commits (the database stays consistent).
 
+Damage (see :mod:`._sqlite_rows`): a transcript shorter than the session's recorded length,
+a row that is not a message and a damaged session-id index raise StoreCorruptError naming the
+path, the session and the message, never the stored content (nor does any exception chained
+to it). SQLite keeps no checksums: a changed byte inside a text that stays valid JSON goes
+unseen; ``PRAGMA integrity_check`` finds structural damage.
+
+The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): with the
+``sqlite`` extra a fixed SQLite (pysqlite3) is used automatically; otherwise, when the linked
+SQLite is affected, the store warns once (StoreDurabilityWarning), turns SQLite's automatic
+checkpoints off and checkpoints itself from a second connection holding the write lock, so
+no commit can restart the WAL during a checkpoint. ``LOUSHO_SQLITE_DRIVER`` (``auto``,
+``sqlite3``, ``pysqlite3``) overrides the choice.
+
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
 fast as a connection per thread for a single thread, and threads of one process queue on
@@ -59,7 +72,6 @@ from ..codec import (
     dumps_message,
     loads_approval,
     loads_checkpoint,
-    loads_message,
 )
 from ..errors import (
     ApprovalAlreadyResolvedError,
@@ -76,6 +88,13 @@ from ..errors import (
 from ..messages import Message
 from ..results import PruneResult
 from ._lease import owner_is_dead, poll_until
+from ._sqlite_driver import (
+    CHECKPOINT_WAL_BYTES,
+    choose_driver,
+    wal_reset_affected,
+    warn_wal_reset_once,
+)
+from ._sqlite_rows import decode_transcript, load_rows, quotes_stored_text
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -99,6 +118,8 @@ _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 _SPAN = 1 << 32
 """Message rowids of session key k are k * _SPAN + position."""
+_CHECK_WAL_EVERY = 32
+"""Rows changed between two looks at the WAL's size (a turn changes about 4)."""
 _BUSY_CODES = frozenset((5, 6))  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 _CORRUPT_CODES = frozenset((11, 26))  # SQLITE_CORRUPT, SQLITE_NOTADB
 
@@ -139,9 +160,19 @@ class _Db:
         self.memory = os.fspath(path) == ":memory:"
         self.path = ":memory:" if self.memory else str(Path(path).absolute())
         self.synchronous = _SYNCHRONOUS[synchronous]
+        self.driver = choose_driver()
+        self.errors: type[Exception] = self.driver.Error
+        # The WAL-reset guard (see _sqlite_driver): no automatic checkpoints; the store
+        # checkpoints under the write lock itself.
+        self.guard = not self.memory and wal_reset_affected(self.driver.sqlite_version_info)
+        self.wal = self.path + "-wal"
+        self.checkpointer: _Conn | None = None  # the guard's second connection, lazily
+        self.unchecked = 0  # rows changed since the guard last looked at the WAL's size
         self.lock = threading.Lock()
         self.closed = False
         self.conn = self._open()
+        if self.guard:
+            warn_wal_reset_once(self.driver, self.path)
         self.level = self.synchronous  # the connection's current PRAGMA synchronous
         self.pid = os.getpid()
 
@@ -158,7 +189,7 @@ class _Db:
             except StoreTooNewError:
                 conn.close()
                 raise
-            except sqlite3.Error as exc:
+            except self.errors as exc:
                 conn.close()
                 if not (_is_busy(exc) and time.monotonic() < deadline):
                     raise self.translate(exc, "open the database") from exc
@@ -185,15 +216,16 @@ class _Db:
 
     def _connect(self) -> _Conn:
         try:
-            return sqlite3.connect(
+            conn: _Conn = self.driver.connect(
                 self.path,
                 timeout=BUSY_TIMEOUT_S,
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=64,
             )
-        except sqlite3.Error as exc:
+        except self.errors as exc:
             raise self.translate(exc, "open the database") from exc
+        return conn
 
     def _setup(self, conn: _Conn) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -201,6 +233,8 @@ class _Db:
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA journal_size_limit = 1048576")  # WAL back to <= 1 MiB
+            if self.guard:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         if current == SCHEMA_VERSION:
             return
@@ -258,6 +292,7 @@ class _Db:
                 )
             if self.pid != os.getpid():  # forked: never share a connection with the parent
                 self.conn = self._open()
+                self.checkpointer = None
                 self.level = self.synchronous
                 self.pid = os.getpid()
             conn = self.conn
@@ -265,22 +300,77 @@ class _Db:
             if level != self.level:
                 conn.execute(f"PRAGMA synchronous = {level}")
                 self.level = level
+            changes = conn.total_changes
             try:
-                return fn(conn)
+                result = fn(conn)
             except BaseException as exc:
                 if conn.in_transaction:
                     try:
                         conn.rollback()
-                    except sqlite3.Error:
+                    except self.errors:
                         _log.warning("could not roll back in %s", self.path, exc_info=True)
-                if isinstance(exc, sqlite3.Error):
-                    raise self.translate(exc, what, session_id) from exc
-                raise
+                if isinstance(exc, MemoryError):  # SQLITE_NOMEM
+                    raise StoreUnavailableError(
+                        f"could not {what} in the SQLite store at {self.path}: SQLite ran out of"
+                        " memory (the process is short of memory, or a damaged row claims a"
+                        " huge size: PRAGMA integrity_check tells)",
+                        path=self.path,
+                        session_id=session_id,
+                    ) from exc
+                if not isinstance(exc, self.errors):
+                    raise
+                error = self.translate(exc, what, session_id)
+                if not quotes_stored_text(exc):
+                    raise error from exc
+            else:
+                if self.guard:
+                    self.unchecked += conn.total_changes - changes
+                    if self.unchecked >= _CHECK_WAL_EVERY:
+                        self.unchecked = 0
+                        self._checkpoint_if_due(conn)
+                return result
+            # Raised outside the except block, so neither __cause__ nor __context__ holds
+            # the driver's error, whose text quotes the stored value.
+            raise error
         finally:
             self.lock.release()
 
-    def translate(self, exc: sqlite3.Error, what: str, session_id: str | None = None) -> StoreError:
-        """The lousho error for a sqlite3 error (the caller chains it)."""
+    def _checkpoint_if_due(self, conn: _Conn) -> None:
+        """The WAL-reset guard: once the WAL passes CHECKPOINT_WAL_BYTES, checkpoint while
+        a second connection holds the write lock, so no commit can restart the WAL
+        meanwhile. Called holding ``lock``."""
+        try:
+            if os.stat(self.wal).st_size < CHECKPOINT_WAL_BYTES:
+                return
+        except OSError:
+            return
+        try:
+            if self.checkpointer is None:
+                self.checkpointer = self._connect()
+                self.checkpointer.execute("PRAGMA wal_autocheckpoint = 0")
+            holder = self.checkpointer
+            holder.execute("BEGIN IMMEDIATE")
+            try:
+                busy, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            finally:
+                holder.execute("ROLLBACK")
+        except (self.errors, StoreError):  # the write is committed; the next one retries
+            _log.warning("could not checkpoint %s", self.path, exc_info=True)
+            return
+        _log.debug("checkpointed %s: %s of %s WAL frames (busy=%s)", self.path, done, frames,
+                   busy)
+
+    def translate(self, exc: Exception, what: str, session_id: str | None = None) -> StoreError:
+        """The lousho error for a sqlite3 error (the caller chains it, unless the driver's
+        text quotes a stored value: see :func:`._sqlite_rows.quotes_stored_text`)."""
+        if quotes_stored_text(exc):
+            return StoreCorruptError(
+                f"could not {what} in the SQLite store at {self.path}: a stored text value "
+                "is not valid UTF-8 (the file is damaged; it was left as it was; the value is "
+                "not shown)",
+                path=self.path,
+                session_id=session_id,
+            )
         code = getattr(exc, "sqlite_errorcode", None)
         primary = None if code is None else code & 0xFF
         text = f"could not {what} in the SQLite store at {self.path}: {exc}"
@@ -296,14 +386,15 @@ class _Db:
                 path=self.path,
                 session_id=session_id,
             )
-        if isinstance(exc, sqlite3.OperationalError):
+        if isinstance(exc, self.driver.OperationalError):
             return StoreUnavailableError(text, path=self.path, session_id=session_id)
         return StoreError(text, path=self.path, session_id=session_id)
 
     def corrupt(
         self, exc: Exception, what: str, session_id: str | None = None
     ) -> StoreCorruptError:
-        """A StoreCorruptError naming the path, for a codec error about ``what``."""
+        """A StoreCorruptError naming the path, for a codec error about ``what`` (raise it
+        unchained: the codec error's cause holds the stored text)."""
         return StoreCorruptError(
             f"{what} in the SQLite store at {self.path} cannot be read: {exc}",
             path=self.path,
@@ -317,10 +408,12 @@ class _Db:
                 return
             self.closed = True
             if self.pid == os.getpid():
+                if self.checkpointer is not None:
+                    self.checkpointer.close()
                 self.conn.close()
 
 
-def _is_busy(exc: sqlite3.Error) -> bool:
+def _is_busy(exc: Exception) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in _BUSY_CODES
@@ -339,23 +432,25 @@ class SqliteSessionStore:
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
         _check_id(id)
-        rows: list[tuple[int, str]] = self._db.run(
-            "load a session",
-            lambda c: c.execute(
-                "SELECT id & 4294967295, json FROM messages WHERE id >= ?2 * ("
-                "SELECT key FROM sessions WHERE id = ?1) AND id < ?2 * (1 + ("
-                "SELECT key FROM sessions WHERE id = ?1)) ORDER BY id",
-                (id, _SPAN),
-            ).fetchall(),
-            id,
-        )
-        if not rows:
+        rows = self._db.run("load a session", lambda c: load_rows(c, id, _SPAN), id)
+        messages: list[Message] = []
+        problem: str | None = "the index of session ids is damaged"
+        if rows is None:
+            pass
+        elif not rows or (rows[0][0] == 0 and rows[0][1] is None):
             return None
-        try:
-            return [loads_message(text) for _, text in rows]
-        except StoreCorruptError as exc:
-            seq = _first_bad(rows)
-            raise self._db.corrupt(exc, f"message {seq} of session {id!r}", id) from exc
+        else:
+            messages, problem = decode_transcript(rows)
+            del rows
+        if problem is not None:
+            raise StoreCorruptError(
+                f"session {id!r} in the SQLite store at {self._db.path} cannot be read: "
+                f"{problem} (the file is damaged; it was left as it was; stored content is "
+                "not shown)",
+                path=self._db.path,
+                session_id=id,
+            )
+        return messages
 
     def save(self, id: str, messages: Sequence[Message]) -> None:
         """Replace the transcript; an empty sequence deletes the session."""
@@ -587,15 +682,6 @@ def _insert_messages(c: _Conn, key: int, start: int, texts: list[str]) -> None:
     )
 
 
-def _first_bad(rows: list[tuple[int, str]]) -> int:
-    for seq, text in rows:
-        try:
-            loads_message(text)
-        except StoreCorruptError:
-            return seq
-    return -1
-
-
 def _must_sync(checkpoint: Checkpoint) -> bool:
     """Whether a checkpoint write needs its own sync: it records a paused or interrupted
     turn, or a tool about to start (see the module's durability notes)."""
@@ -619,7 +705,8 @@ class SqliteCheckpointStore:
         try:
             return loads_checkpoint(row[0])
         except StoreCorruptError as exc:
-            raise self._db.corrupt(exc, f"checkpoint {key!r}") from exc
+            error = self._db.corrupt(exc, f"checkpoint {key!r}")
+        raise error  # unchained: the codec's cause holds the stored text
 
     def save(self, key: str, checkpoint: Checkpoint) -> None:
         """Write (replace) the checkpoint."""
@@ -744,7 +831,10 @@ class SqliteApprovalStore:
         try:
             record = loads_approval(text)
         except StoreCorruptError as exc:
-            raise self._db.corrupt(exc, f"approval {id!r}") from exc
+            error = self._db.corrupt(exc, f"approval {id!r}")
+            record = None
+        if record is None:
+            raise error  # unchained: the codec's cause holds the stored text
         if (record.status, record.reason, record.resolved_at) != (status, reason, resolved_at):
             record = attrs.evolve(record, status=status, reason=reason, resolved_at=resolved_at)
         return record

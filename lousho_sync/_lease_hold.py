@@ -1,0 +1,154 @@
+"""LeaseHold: this process's hold on one session's store lease.
+
+A hold is taken before a turn's first write and kept through its commit — across a resumed
+turn and the new turn of the same call, and across approval continuations. A heartbeat
+renews it every ``ttl_s / 3``; a renewal that fails (the store says another owner has it, or
+the store cannot be reached for longer than the TTL) marks the hold lost, and the turn's
+next write raises :class:`~lousho_sync.errors.LeaseLostError` before touching the store. A
+write that finds the last renewal a whole TTL old (the process was stopped) renews first.
+Stores that support fencing also refuse, atomically, a write carrying an older token than
+the newest acquisition (:class:`~lousho_sync.records.Fence`), which closes the window
+between that check and the write.
+Only the hold's owner releases it (directly, or by asking a commit to release it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from ._heartbeat import HEARTBEAT
+from .errors import LeaseLostError, SessionBusyError
+from .records import Fence
+from .signal import Signal
+
+__all__ = ["LEASE_POLL_S", "LeaseHold"]
+
+_log = logging.getLogger(__name__)
+
+LEASE_POLL_S = 0.25
+"""How long one acquire attempt waits before the abort signal is looked at again."""
+
+
+class LeaseHold:
+    """One acquisition of a session's lease by ``owner``.
+
+    Thread-safe: ``_lock`` guards ``_token``, ``_lost`` and ``_held``; the heartbeat thread
+    renews while the turn's thread writes.
+    """
+
+    __slots__ = ("_cancel", "_held", "_last_ok", "_lock", "_lost", "_token", "id", "owner",
+                 "store", "ttl_s")
+
+    def __init__(self, store: Any, id: str, owner: str, ttl_s: float) -> None:
+        self.store = store
+        self.id = id
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._token: int | None = None
+        self._held = False
+        self._lost = False
+        self._last_ok = 0.0
+        self._cancel: Any = None
+
+    def acquire(self, *, wait: bool, signal: Signal | None = None) -> bool:
+        """Take the lease. ``wait=False``: one attempt, SessionBusyError when another owner
+        holds it. ``wait=True``: poll until taken; False when ``signal`` aborts first."""
+        store = self.store
+        if not wait:
+            got = store.acquire_lease(self.id, owner=self.owner, ttl_s=self.ttl_s, wait_s=0.0)
+            if not got:
+                raise SessionBusyError(
+                    f"session {self.id!r} is running a turn in another process",
+                    session_id=self.id,
+                )
+        else:
+            while True:
+                got = store.acquire_lease(self.id, owner=self.owner, ttl_s=self.ttl_s,
+                                          wait_s=LEASE_POLL_S)
+                if got:
+                    break
+                if signal is not None and signal.aborted:
+                    return False
+        with self._lock:
+            # stores that predate fencing answer True; fenced ones the acquisition's token
+            self._token = got if type(got) is int else None
+            self._held = True
+            self._lost = False
+            self._last_ok = time.monotonic()
+        self._cancel = HEARTBEAT.add(self._renew, self.ttl_s / 3)
+        return True
+
+    def _renew(self) -> None:
+        try:
+            ok = bool(self.store.renew_lease(self.id, owner=self.owner, ttl_s=self.ttl_s))
+        except Exception:
+            with self._lock:
+                late = time.monotonic() - self._last_ok >= self.ttl_s
+                if late and self._held:
+                    self._lost = True
+            _log.warning("session %s: could not renew its lease%s", self.id,
+                         " (it has expired: the turn stops before its next write)" if late
+                         else "", exc_info=True)
+            return
+        with self._lock:
+            if ok:
+                self._last_ok = time.monotonic()
+            elif self._held:
+                self._lost = True
+        if not ok:
+            _log.warning("session %s: its lease was taken over by another owner; the turn "
+                         "stops before its next write", self.id)
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of this acquisition (None for stores without fencing)."""
+        return self._token
+
+    def fence(self) -> Fence | None:
+        """The fence a write carries; raises LeaseLostError once the hold is lost.
+
+        A hold not renewed for a whole TTL (this process was stopped or starved) renews
+        now, before the write: another owner may have taken the lease meanwhile.
+        """
+        if self._held and time.monotonic() - self._last_ok >= self.ttl_s:
+            self._renew()
+        with self._lock:
+            if self._lost:
+                raise LeaseLostError(
+                    f"session {self.id!r}: this process lost the session's lease (a renewal "
+                    "failed or another process took it over); the turn stopped before writing "
+                    "and its checkpoint is left for the new holder",
+                    session_id=self.id,
+                )
+            token = self._token
+        return None if token is None else Fence(self.id, token)
+
+    def released_by_commit(self) -> None:
+        """The commit this owner asked to release the lease did so."""
+        self._stop(release=False)
+
+    def release(self) -> None:
+        """Stop renewing and release the lease (idempotent)."""
+        self._stop(release=True)
+
+    def _stop(self, *, release: bool) -> None:
+        with self._lock:
+            held, self._held = self._held, False
+        cancel, self._cancel = self._cancel, None
+        if cancel is not None:
+            cancel()
+        if held and release:
+            try:
+                self.store.release_lease(self.id, owner=self.owner)
+            except Exception:
+                _log.warning("session %s: could not release its lease", self.id, exc_info=True)
+
+    def __enter__(self) -> LeaseHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
