@@ -221,7 +221,8 @@ class _Chat:
                 failed = exc
         if failed is not None:
             self.say(f"  error: {failed}")
-            self.note_pending()
+            if not self.note_pending():
+                self.say("  (nothing of this turn was kept: the transcript is as it was)")
 
     def history(self) -> None:
         for m in self.session.messages:

@@ -193,6 +193,26 @@ def test_a_new_message_first_finishes_the_pending_turn_and_prints_it(tmp_path: P
     assert users == ["first", "second"]
 
 
+def test_a_turn_failing_before_any_progress_keeps_nothing(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        server.default = failing()
+        chat = Chat(tmp_path, server)
+        chat.expect("you> ")
+        chat.type("lost")
+        out = chat.expect("you> ")
+        assert "error:" in out and "500" in out
+        assert "(nothing of this turn was kept: the transcript is as it was)" in out
+        assert "pending" not in out
+        server.default = fixture_reply("openai_text_stream.sse")
+        chat.type("again")
+        out = chat.expect("you> ")
+        assert out.count("agent> Hello") == 1 and "finishing" not in out
+        chat.type("/history")
+        history = chat.expect("you> ")
+        assert "user: again" in history and "lost" not in history
+        assert chat.exit() == 0
+
+
 def test_discard_drops_the_pending_turn(tmp_path: Path) -> None:
     with FakeServer() as server:
         server.push(fixture_reply("openai_text_stream.sse"))
