@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
 from ._heartbeat import HEARTBEAT
 from .errors import LeaseLostError, SessionBusyError
 from .records import Fence
 from .signal import Signal
+from .stores.base import Leased
 
 __all__ = ["LEASE_POLL_S", "LeaseHold"]
 
@@ -42,7 +43,7 @@ class LeaseHold:
     __slots__ = ("_cancel", "_held", "_last_ok", "_lock", "_lost", "_token", "id", "owner",
                  "store", "ttl_s")
 
-    def __init__(self, store: Any, id: str, owner: str, ttl_s: float) -> None:
+    def __init__(self, store: Leased, id: str, owner: str, ttl_s: float) -> None:
         self.store = store
         self.id = id
         self.owner = owner
@@ -52,7 +53,7 @@ class LeaseHold:
         self._held = False
         self._lost = False
         self._last_ok = 0.0
-        self._cancel: Any = None
+        self._cancel: Callable[[], None] | None = None
 
     def acquire(self, *, wait: bool, signal: Signal | None = None) -> bool:
         """Take the lease. ``wait=False``: one attempt, SessionBusyError when another owner

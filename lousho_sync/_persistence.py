@@ -10,9 +10,10 @@ from typing import Any
 
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState
-from ._writes import TurnWriter, fenced
+from ._writes import TurnWriter
 from .errors import StoreConflictError
 from .messages import Message
+from .stores.base import Appendable, TurnCommitter, supports_fencing
 
 __all__ = ["commit_turn"]
 
@@ -26,31 +27,32 @@ def commit_turn(
     new: tuple[Message, ...],
     *,
     writer: TurnWriter,
-    committer: Any,
+    key: str | None,
+    committer: TurnCommitter | None,
     hold: LeaseHold | None,
     release: bool,
 ) -> None:
     """Store the turn ``new`` after the cached transcript and drop its checkpoint.
 
-    ``committer`` is the combined store whose ``commit_turn`` does both at once (None to do
-    them one after the other). With ``release`` the commit also gives the lease up (the
-    caller's last write under it).
+    ``key`` is the turn's checkpoint; ``committer`` is the combined store whose
+    ``commit_turn`` does both at once (None to do them one after the other). With
+    ``release`` the commit also gives the lease up (the caller's last write under it).
     """
-    store: Any = st.store
+    store = st.store
     history = st.messages
     fence = hold.fence() if hold is not None else None
     if committer is not None and writer.durable:
         with contextlib.suppress(StoreConflictError):  # then the slow path below
             revision = committer.commit_turn(
-                st.id, new, expected_length=len(history), checkpoint_key=writer.key,
+                st.id, new, expected_length=len(history), checkpoint_key=key,
                 fence=fence, release=release and hold is not None,
             )
             if release and hold is not None:
                 hold.released_by_commit()
             st.extend(history, new, revision)
             return
-    kw = {"fence": fence} if fence is not None and fenced(store) else {}
-    if hasattr(store, "append"):
+    kw = {"fence": fence} if fence is not None and supports_fencing(store) else {}
+    if isinstance(store, Appendable):
         try:
             store.append(st.id, new, expected_length=len(history), **kw)
         except StoreConflictError as exc:
@@ -62,15 +64,15 @@ def commit_turn(
             history = _append_after_conflict(st, store, new, kw)
     else:
         store.save(st.id, [*history, *new], **kw)
-    writer.delete()
+    writer.delete(key)
     st.extend(history, new, st.current_revision())
 
 
 def _append_after_conflict(
-    st: SessionState, store: Any, new: tuple[Message, ...], kw: dict[str, Any]
+    st: SessionState, store: Appendable, new: tuple[Message, ...], kw: dict[str, Any]
 ) -> list[Message]:
     for _ in range(_CONFLICT_RETRIES):
-        fresh = list(store.load(st.id) or [])
+        fresh = list(st.store.load(st.id) or [])
         try:
             store.append(st.id, new, expected_length=len(fresh), **kw)
         except StoreConflictError:

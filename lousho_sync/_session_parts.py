@@ -12,7 +12,7 @@ import attrs
 
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState
-from ._writes import TurnWriter, fenced
+from ._writes import TurnWriter
 from .compaction import (
     Compaction,
     TokenTally,
@@ -28,7 +28,13 @@ from .limits import Limits, exceeded_before_model_call
 from .messages import Message
 from .records import Checkpoint
 from .signal import Signal
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import (
+    ApprovalStore,
+    CheckpointStore,
+    SessionStore,
+    TurnCommitter,
+    supports_fencing,
+)
 from .turn_state import ApproveCallback, TurnConfig, TurnEnv
 from .turns import session_key, session_prefix
 
@@ -58,14 +64,14 @@ class SessionParts:
     sessions: SessionStore
     checkpoints: CheckpointStore | None
     approvals: ApprovalStore | None
-    committer: object
+    committer: TurnCommitter | None
     state: SessionState
     lease_ttl_s: float
 
-    def writer(self, key: str, hold: LeaseHold | None) -> TurnWriter:
-        """The writer of the turn checkpointed under ``key``."""
+    def writer(self, hold: LeaseHold | None) -> TurnWriter:
+        """The writer of this session's turns under the lease ``hold``."""
         checkpoints = self.checkpoints or self.base.scratch
-        return TurnWriter(checkpoints, self.approvals, key, hold)
+        return TurnWriter(checkpoints, self.approvals, hold)
 
     def env(
         self, writer: TurnWriter, approve: ApproveCallback | None, limits: Limits | None
@@ -96,7 +102,7 @@ class SessionParts:
                     path=exc.path, address=exc.address, session_id=self.id,
                 ) from exc
             _log.warning("session %s: deleting its unreadable pending turn %s", self.id, key)
-            self.writer(key, hold).delete()
+            self.writer(hold).delete(key)
             return None
 
     def still_pending(self, cp: Checkpoint) -> list[str]:
@@ -116,12 +122,12 @@ class SessionParts:
         otherwise take a leftover ``<id>.turn-<n>`` for its own."""
         st = self.state
         fence = hold.fence() if hold is not None else None
-        kw = {"fence": fence} if fence is not None and fenced(self.sessions) else {}
+        kw = {"fence": fence} if fence is not None and supports_fencing(self.sessions) else {}
         self.sessions.save(self.id, messages, **kw)
         for store in {id(s): s for s in (self.checkpoints, self.base.scratch) if s}.values():
             for key in store.keys(session_prefix(self.id)):
-                TurnWriter(store, None, key, hold).delete()
-        revision = self.sessions.revision(self.id) if st.has_revision else None  # type: ignore[attr-defined]
+                TurnWriter(store, None, hold).delete(key)
+        revision = st.revisioned.revision(self.id) if st.revisioned is not None else None
         st.replace(messages, revision)
 
     @contextlib.contextmanager

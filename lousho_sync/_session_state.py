@@ -29,7 +29,7 @@ from .messages import Message, Usage
 from .results import ExecutionResult
 from .signal import Latch, Signal
 from .stores._lease import make_owner
-from .stores.base import ApprovalStore, SessionStore
+from .stores.base import ApprovalStore, Leased, Revisioned, SessionStore, supports_lease
 
 __all__ = [
     "SessionState",
@@ -105,8 +105,9 @@ class SessionState:
         self.awaiting: str | None = None
         self.owner = make_owner()
         self.seq = itertools.count()
-        self.leased = hasattr(store, "acquire_lease")
-        self.has_revision = hasattr(store, "revision")
+        self.leased = supports_lease(store)
+        self.revisioned: Revisioned | None = store if isinstance(store, Revisioned) else None
+        self.has_revision = self.revisioned is not None
         self.listeners: list[Callable[[SessionEvent], object]] = []
         self.event_seq = itertools.count()
         self.token_tally: object = None  # compaction's estimate, kept with the transcript
@@ -213,14 +214,15 @@ class SessionState:
     # --- the lease ---------------------------------------------------------------------------
     def hold(self, ttl_s: float) -> LeaseHold | None:
         """A new, not yet acquired hold on the session's lease (None: the store has none)."""
-        if not self.leased:
+        store = self.store
+        if not isinstance(store, Leased):
             return None
-        return LeaseHold(self.store, self.id, self.owner, ttl_s)
+        return LeaseHold(store, self.id, self.owner, ttl_s)
 
     # --- the transcript ---------------------------------------------------------------------
     def reload(self) -> None:
         """Read the stored transcript into the cache (orphaned tool calls repaired)."""
-        revision = self.store.revision(self.id) if self.has_revision else None  # type: ignore[attr-defined]
+        revision = self.revisioned.revision(self.id) if self.revisioned is not None else None
         stored = self.store.load(self.id) or []
         messages = _loop.repair_orphans(list(stored), session_id=self.id)
         self.replace(messages, revision)
@@ -229,15 +231,15 @@ class SessionState:
         """Make the cache current (called holding the slot)."""
         if not self.loaded or (
             self.leased
-            and self.has_revision
-            and self.store.revision(self.id) != self.revision  # type: ignore[attr-defined]
+            and self.revisioned is not None
+            and self.revisioned.revision(self.id) != self.revision
         ):
             self.reload()
 
     def current_revision(self) -> object:
         """The store's revision now, when another process may write (else None)."""
-        if self.has_revision and self.leased:
-            return self.store.revision(self.id)  # type: ignore[attr-defined]
+        if self.revisioned is not None and self.leased:
+            return self.revisioned.revision(self.id)
         return None
 
     def replace(self, messages: list[Message], revision: object) -> None:

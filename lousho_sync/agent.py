@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from ._writes import TurnWriter
 from .compaction import Compaction
 from .control import TurnControl
 from .errors import ApprovalTurnMissingError, ConfigError
+from .events import RunEvent
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
@@ -24,7 +25,13 @@ from .results import ExecutionResult
 from .run import AgentRun
 from .session import Session, TurnPolicy
 from .signal import Signal
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import (
+    ApprovalStore,
+    CheckpointStore,
+    SessionStore,
+    TurnCommitter,
+    turn_committer,
+)
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
 from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
@@ -119,6 +126,8 @@ class Agent:
             scratch=self._scratch,
             pin=self._pin,
         )
+        self._scratch_env = TurnEnv(writer=TurnWriter(self._scratch, self.approval_store),
+                                    durable=False)
         self._lock = threading.Lock()
         self._default_stores: weakref.WeakValueDictionary[str, MemorySessionStore] = (
             weakref.WeakValueDictionary()
@@ -157,20 +166,22 @@ class Agent:
             validate_session_id(session_id)
         control = TurnControl()
         durable = session_id is not None and self.checkpoint_store is not None
-        store = self.checkpoint_store if durable else self._scratch
-        assert store is not None
         key = one_shot_key(session_id, control.run_id)
         state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
-        env = TurnEnv(writer=TurnWriter(store, self.approval_store, key), approve=approve,
-                      durable=durable)
+        if durable or approve is not None:
+            store = self.checkpoint_store if durable else self._scratch
+            env = TurnEnv(writer=TurnWriter(store, self.approval_store), approve=approve,
+                          durable=durable)
+        else:
+            env = self._scratch_env  # the common case, built once
         hint = f"the run was kept: finish it with agent.resume({session_id!r})"
-        return AgentRun(
-            lambda emit: play_linked(
-                signal, control, play(self._base.config, env, control, state, (), emit=emit,
-                                      resume_hint=hint)
-            ),
-            control,
-        )
+        cfg = self._base.config
+
+        def driver(emit: bool) -> Generator[RunEvent, None, ExecutionResult]:
+            gen = play(cfg, env, control, state, (), emit=emit, resume_hint=hint)
+            return gen if signal is None else play_linked(signal, control, gen)
+
+        return AgentRun(driver, control)
 
     def _resume_one_shot(
         self, store: CheckpointStore, key: str, signal: Signal | None = None
@@ -179,7 +190,7 @@ class Agent:
         if cp is None:
             return None
         control, state = resumed_turn(cp)
-        env = TurnEnv(writer=TurnWriter(store, self.approval_store, key))
+        env = TurnEnv(writer=TurnWriter(store, self.approval_store))
         gen = play(self._base.config, env, control, state, (), emit=False, resumed=True)
         result: ExecutionResult = drive(play_linked(signal, control, gen))
         return result
@@ -217,8 +228,7 @@ class Agent:
             sessions=sessions,
             checkpoints=checkpoints,
             approvals=s_approvals or self.approval_store,
-            committer=_committer(store if s_sessions is not None else self._store,
-                                 sessions, checkpoints),
+            committer=_committer(sessions, checkpoints),
             turn_policy=turn_policy,
             limits=limits,
             **kwargs,
@@ -298,12 +308,12 @@ class Agent:
         return f"<Agent provider={type(self.provider).__name__} tools={list(self.tools)}>"
 
 
-def _committer(store: object, sessions: object, checkpoints: object) -> object:
-    """``store`` when it commits turns itself and both parts in use are its own."""
-    if (store is not None and hasattr(store, "commit_turn")
-            and getattr(store, "sessions", None) is sessions
-            and getattr(store, "checkpoints", None) is checkpoints):
-        return store
+def _committer(sessions: object, checkpoints: object) -> TurnCommitter | None:
+    """The combined store that commits turns of ``sessions`` in one transaction, when the
+    checkpoints in use are its own too."""
+    committer = turn_committer(sessions)
+    if committer is not None and committer.checkpoints is checkpoints:
+        return committer
     return None
 
 

@@ -39,7 +39,7 @@ from .messages import Message, Usage
 from .results import ExecutionResult, PendingTurn
 from .run import AgentRun
 from .signal import Signal, link
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore
+from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback, TurnState
 from .turns import drive, play, resumed_turn, session_key
 
@@ -71,7 +71,7 @@ class Session:
         sessions: SessionStore,
         checkpoints: CheckpointStore | None,
         approvals: ApprovalStore | None,
-        committer: object = None,
+        committer: TurnCommitter | None = None,
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
@@ -279,12 +279,12 @@ class Session:
     ) -> Generator[RunEvent, None, ExecutionResult]:
         st = self._state
         assert state.key is not None
-        writer = self._p.writer(state.key, hold)
+        writer = self._p.writer(hold)
         committer = self._p.committer if writer.checkpoints is self._p.checkpoints else None
 
         def commit(_: TurnState, result: ExecutionResult) -> None:
-            commit_turn(st, result.messages, writer=writer, committer=committer, hold=hold,
-                        release=last)
+            commit_turn(st, result.messages, writer=writer, key=state.key,
+                        committer=committer, hold=hold, release=last)
 
         result: ExecutionResult = yield from play(
             self._p.base.config, self._p.env(writer, approve, self.limits), control, state,
@@ -371,7 +371,7 @@ class Session:
                 assert self._p.approvals is not None
                 with contextlib.suppress(ApprovalAlreadyResolvedError):
                     self._p.approvals.resolve(approval_id, approved=False, reason="discarded")
-            self._p.writer(cp.key, hold).delete()
+            self._p.writer(hold).delete(cp.key)
             with self._state.lock:
                 self._state.awaiting = None
             if self._p.base.pin is not None:

@@ -142,7 +142,7 @@ def _ask(
     if env.approve is not None:
         approved = bool(env.approve(record))
         return (approved, None)
-    if writer.approvals is None or not writer.durable:
+    if writer.approvals is None or not writer.durable or state.key is None:
         raise ConfigError(
             f"tool {call.name!r} needs approval, but this run has no approval store and "
             "checkpoint store to pause in: pass approval_store= and checkpoint_store= (or use "

@@ -138,7 +138,7 @@ def save(env: TurnEnv, state: TurnState, ctl: TurnControl, status: str) -> None:
     if not env.durable and status != "awaiting-approval":
         return
     writer = env.writer
-    if writer.checkpoints is not None and writer.key is not None:
+    if writer.checkpoints is not None and state.key is not None:
         writer.save(state.checkpoint(status, ctl.queued()))
 
 

@@ -143,9 +143,9 @@ def play(
             if commit is not None:
                 commit(state, result)
             else:
-                env.writer.delete()
+                env.writer.delete(state.key)
         elif finish == "limit":
-            env.writer.delete()
+            env.writer.delete(state.key)
         return result
     except LeaseLostError as exc:
         ctl.close()
@@ -154,7 +154,8 @@ def play(
     except BaseException as exc:
         if ctl.signal.aborted or isinstance(exc, (TurnAborted, GeneratorExit)):
             ctl.close()
-            _quietly(env.writer.delete, "delete the checkpoint of aborted turn", state)
+            _quietly(lambda: env.writer.delete(state.key),
+                     "delete the checkpoint of aborted turn", state)
             if isinstance(exc, GeneratorExit):
                 raise
             return result_of(state, ctl, "aborted", messages=())
@@ -164,7 +165,8 @@ def play(
             "mark interrupted the turn", state,
         )
         if not kept:  # nothing recorded: a plain retry is correct, so nothing may pend
-            _quietly(env.writer.delete, "delete the checkpoint of failed turn", state)
+            _quietly(lambda: env.writer.delete(state.key),
+                     "delete the checkpoint of failed turn", state)
         if isinstance(exc, LoushoError):
             tell_pending(exc, kept, resume_hint)
         raise
@@ -263,7 +265,7 @@ class AgentExecutor:
             state = TurnState(run_id=ctl.run_id, key=session_id, session_id=session_id,
                               input=to_messages(input))
             resumed = False
-        env = TurnEnv(writer=TurnWriter(checkpoints, approval_store, session_id),
+        env = TurnEnv(writer=TurnWriter(checkpoints, approval_store),
                       approve=approve)
         gen = play(cfg, env, ctl, state, history, emit=False, resumed=resumed)
         result: ExecutionResult = drive(play_linked(signal, ctl, gen))

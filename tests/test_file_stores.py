@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -285,6 +286,82 @@ def test_lease_of_a_killed_process_is_taken_at_once(tmp_path: Path) -> None:
         for stream in (child.stdin, child.stdout):
             if stream is not None:
                 stream.close()
+
+
+CHILD_LEASE_THEN_RELEASE = """
+import sys
+from lousho_sync.stores.files import FileSessionStore
+store = FileSessionStore(sys.argv[1])
+token = store.acquire_lease("s", owner="child", ttl_s=0.2, wait_s=10)
+print(token, flush=True)
+sys.stdin.readline()
+store.release_lease("s", owner="child")
+print("released", flush=True)
+sys.stdin.read()
+"""
+
+
+def _line(child: subprocess.Popen[bytes]) -> bytes:
+    assert child.stdout is not None
+    ready, _, _ = select.select([child.stdout], [], [], JOIN)
+    assert ready, "the child said nothing in time"
+    return child.stdout.readline().strip()
+
+
+def test_a_stopped_holder_keeps_others_out_no_split_brain(tmp_path: Path) -> None:
+    """A holder stopped with SIGSTOP past its ttl still holds the OS lock: nobody else gets
+    the lease until it runs again and releases it; then the next token is greater."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_LEASE_THEN_RELEASE, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        held = int(_line(child))
+        assert held >= 1
+        store = FileSessionStore(tmp_path)
+        assert store.fence_token("s") == held
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            # its 0.2 s ttl runs out while we wait: the lease is still not ours
+            assert store.acquire_lease("s", owner="parent", ttl_s=30, wait_s=0.5) is None
+            assert store.fence_token("s") == held
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert child.stdin is not None
+        child.stdin.write(b"release\n")
+        child.stdin.flush()
+        assert _line(child) == b"released"
+        token = store.acquire_lease("s", owner="parent", ttl_s=30, wait_s=JOIN)
+        assert token is not None and token > held
+        assert store.fence_token("s") == token
+        store.release_lease("s", owner="parent")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(JOIN)
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_fence_tokens_survive_a_new_store_object_and_a_bad_token_file(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    first = store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)
+    again = store.acquire_lease("s", owner="a", ttl_s=30, wait_s=0)  # the holder again
+    assert first == 1 and again == 2
+    store.release_lease("s", owner="a")
+    other = FileSessionStore(tmp_path)
+    assert other.fence_token("s") == 2
+    assert other.acquire_lease("s", owner="b", ttl_s=30, wait_s=0) == 3
+    other.release_lease("s", owner="b")
+    (tmp_path / "s.fence").write_text("garbage")
+    with pytest.raises(StoreCorruptError) as info:
+        other.acquire_lease("s", owner="b", ttl_s=30, wait_s=0)
+    assert info.value.path == str(tmp_path / "s.fence") and "not a number" in str(info.value)
+    assert (tmp_path / "s.fence").read_text() == "garbage"  # left as it was
+    (tmp_path / "s.fence").write_text("7")  # repaired: the failed attempt left no lease held
+    assert store.acquire_lease("s", owner="c", ttl_s=30, wait_s=0) == 8
 
 
 # --- checkpoints --------------------------------------------------------------------------

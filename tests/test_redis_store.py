@@ -263,6 +263,27 @@ def test_newer_layout_is_refused(redis_url: str, redis_prefix: str, redis_raw: r
     assert redis_raw.keys(redis_prefix + "*") == [f"{redis_prefix}layout"]  # nothing else written
 
 
+def test_a_layout_1_prefix_is_taken_as_layout_2_and_keeps_its_data(
+    redis_url: str, redis_prefix: str, redis_raw: redis.Redis
+) -> None:
+    """Layout 1 had no fence keys; read as layout 2 its sessions have token 0 so far."""
+    from lousho_sync.codec import dumps_message
+
+    p = redis_prefix
+    redis_raw.set(f"{p}layout", "1")
+    redis_raw.rpush(f"{p}session:s1", dumps_message(user("a")), dumps_message(user("b")))
+    redis_raw.hset(f"{p}session-meta:s1", mapping={"rev": "7"})
+    redis_raw.zadd(f"{p}sessions", {"s1": 1.0})
+    redis_raw.set(f"{p}lease:s1", "old-host:1:x", px=600_000)  # held under layout 1
+    with RedisStore(redis_url, prefix=p) as s:
+        assert texts(s.sessions.load("s1")) == ["a", "b"]
+        assert redis_raw.get(f"{p}layout") == str(LAYOUT_VERSION) == "2"
+        assert s.sessions.fence_token("s1") == 0
+        assert s.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=60, wait_s=0) is None
+        redis_raw.delete(f"{p}lease:s1")
+        assert s.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=60, wait_s=0) == 1
+
+
 def test_prefixes_keep_stores_apart(redis_url: str, redis_prefix: str) -> None:
     with RedisStore(redis_url, prefix=redis_prefix + "a:") as a, \
             RedisStore(redis_url, prefix=redis_prefix + "b:") as b:
@@ -279,8 +300,9 @@ def test_a_retried_append_or_resolve_is_not_a_conflict(rstore: RedisStore) -> No
     c = rstore._c
     keys = [c.key("session:", "s1"), c.key("session-meta:", "s1"), c.key("revision"),
             c.key("sessions"), c.key("checkpoint:"), c.key("checkpoints"),
-            c.key("checkpoint-keys"), c.key("lease:", "s1")]
-    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", "0", "", "", '{"role":"user","content":"a"}']
+            c.key("checkpoint-keys"), c.key("lease:", "s1"), c.key("fence:", "s1")]
+    args: list[Any] = ["1.0", 0, "s1", 0, "token-1", "0", "", "0", 0,
+                       '{"role":"user","content":"a"}']
     first = list(c.append_script(keys, args, c.client))
     assert first[:2] == [1, 1] and first[2] == rstore.sessions.revision("s1")
     assert list(c.append_script(keys, args, c.client)) == first  # the retry: no double

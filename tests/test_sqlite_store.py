@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import approval, assistant, read_line, run_together, texts, user
+from conftest import approval, assistant, checkpoint, read_line, run_together, texts, user
 
+from lousho_sync.codec import dumps_checkpoint, dumps_message
 from lousho_sync.errors import ConfigError, StoreCorruptError, StoreTooNewError
+from lousho_sync.records import Fence
 from lousho_sync.sqlite import SCHEMA_VERSION, SqliteStore
 from lousho_sync.stores._lease import make_owner
 
@@ -112,6 +114,58 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 41
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # not switched to WAL
     conn.close()
+
+
+# The schema of version 1, as the first release wrote it.
+SCHEMA_1 = (
+    "CREATE TABLE sessions (key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,"
+    " length INTEGER NOT NULL, revision INTEGER NOT NULL, updated_at REAL NOT NULL)",
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY, json TEXT NOT NULL)",
+    "CREATE TABLE checkpoints (key TEXT PRIMARY KEY, session_id TEXT, json TEXT NOT NULL,"
+    " updated_at REAL NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE approvals (id TEXT PRIMARY KEY, session_id TEXT, status TEXT NOT NULL,"
+    " reason TEXT, json TEXT NOT NULL, created_at REAL NOT NULL, resolved_at REAL)"
+    " WITHOUT ROWID",
+    "CREATE TABLE leases (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL,"
+    " expires_at REAL NOT NULL) WITHOUT ROWID",
+)
+
+
+def test_a_version_1_file_is_migrated_on_open_and_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    conn = raw(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for statement in SCHEMA_1:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO sessions VALUES (1, 's1', 2, 3, 100.0)")
+    for seq, m in enumerate([user("a"), assistant("b")]):
+        conn.execute("INSERT INTO messages VALUES (?, ?)", ((1 << 32) + seq, dumps_message(m)))
+    conn.execute("INSERT INTO checkpoints VALUES ('s1.turn-2', 's1', ?, 100.0)",
+                 (dumps_checkpoint(checkpoint("s1.turn-2")),))
+    conn.execute("INSERT INTO leases VALUES ('s1', 'old-host:1:x', 50.0)")  # long expired
+    conn.execute("INSERT INTO leases VALUES ('s2', ?, ?)", (make_owner(), 9e12))  # held
+    conn.close()
+    with SqliteStore(path) as store:
+        assert texts(store.sessions.load("s1")) == ["a", "b"]
+        assert store.sessions.revision("s1") == (1, 3)
+        assert store.checkpoints.keys("s1.") == ["s1.turn-2"]
+        assert store.sessions.fence_token("s1") == 0
+        assert store.sessions.acquire_lease("s2", owner=make_owner(), ttl_s=60, wait_s=0) is None
+        token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=60, wait_s=0)
+        assert token == 1
+        store.commit_turn("s1", [user("c")], expected_length=2, checkpoint_key="s1.turn-2",
+                          fence=Fence("s1", token), release=True)
+        assert texts(store.sessions.load("s1")) == ["a", "b", "c"]
+        assert store.checkpoints.keys("s1.") == []
+    conn = raw(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("SELECT owner, token FROM leases WHERE session_id = 's1'").fetchone() == (
+        "", 1)  # released, the token kept
+    conn.close()
+    with SqliteStore(path) as again:  # opening a migrated file changes nothing
+        assert again.sessions.fence_token("s1") == 1
+        assert texts(again.sessions.load("s1")) == ["a", "b", "c"]
 
 
 def test_memory_store_is_private_and_works() -> None:

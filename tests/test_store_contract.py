@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import approval, assistant, checkpoint, texts, user
+from conftest import approval, assistant, checkpoint, read_line, texts, user
 
 from lousho_sync.agent import create_agent
 from lousho_sync.errors import (
@@ -30,6 +33,7 @@ from lousho_sync.errors import (
     ApprovalNotFoundError,
     ConfigError,
     InvalidSessionIdError,
+    LeaseLostError,
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
@@ -43,7 +47,13 @@ from lousho_sync.stores.base import (
     ApprovalStore,
     Checkpoint,
     CheckpointStore,
+    Fence,
     SessionStore,
+    supports_append,
+    supports_fencing,
+    supports_lease,
+    supports_revision,
+    turn_committer,
 )
 from lousho_sync.stores.files import FileStore
 from lousho_sync.stores.memory import memory_store
@@ -52,9 +62,9 @@ TIMEOUT = 60.0
 
 # What a store may lack, and which methods (on the store or its sessions) it then lacks.
 CAPABILITIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "leases": ("sessions", ("acquire_lease", "renew_lease", "release_lease")),
-    "store leases": ("store", ("acquire_lease", "renew_lease", "release_lease")),
-    "commit_turn": ("sessions", ("commit_turn",)),
+    "leases": ("sessions", ("acquire_lease", "renew_lease", "release_lease", "fence_token")),
+    "store leases": ("store", ("acquire_lease", "renew_lease", "release_lease", "fence_token")),
+    "commit_turn": ("store", ("commit_turn",)),
     "close": ("store", ("close",)),
     "prune": ("store", ("prune",)),
 }
@@ -129,6 +139,10 @@ class Kit:
         """Make a session / checkpoint / resolved approval look ``seconds`` older."""
         raise NotImplementedError
 
+    def child_argv(self) -> list[str]:
+        """How a child process opens this kit's store (see CHILD_FENCED_TURN)."""
+        raise NotImplementedError
+
 
 class MemoryKit(Kit):
     name = "memory"
@@ -136,6 +150,7 @@ class MemoryKit(Kit):
         "leases": "the memory store serves one process: it keeps no lease",
         "store leases": "the memory store keeps no lease",
         "commit_turn": "the memory store has no commit_turn",
+        "fencing": "the memory store keeps no lease: its writes take no fence",
         "close": "the memory store has nothing to close",
         "prune": "the memory store has no prune",
         "raw data": "the memory store keeps objects, not stored text: nothing to damage",
@@ -153,7 +168,8 @@ class FileKit(Kit):
     name, location_attr = "files", "path"
     lacks = {
         "store leases": "FileStore keeps leases on its sessions store only",
-        "commit_turn": "FileSessionStore has no commit_turn",
+        "commit_turn": "FileStore has no commit_turn",
+        "fencing": "a stopped file-lease holder keeps the others out: its writes take no fence",
         "close": "FileStore holds nothing open",
         "any checkpoint key": "checkpoint keys are file names: letters, digits, '.', '_', '-'",
     }
@@ -210,6 +226,10 @@ class SqliteKit(Kit):
     def __init__(self, path: Path) -> None:
         self.location = str(path)
 
+    def child_argv(self) -> list[str]:
+        assert self.location is not None
+        return ["sqlite", self.location, ""]
+
     def open(self) -> Any:
         from lousho_sync.sqlite import SqliteStore
 
@@ -245,6 +265,9 @@ class RedisKit(Kit):
     def __init__(self, url: str, prefix: str, raw: Any) -> None:
         self.url, self.prefix, self.raw = url, prefix, raw
         self.location = url  # the test URLs carry no password: the address is the URL
+
+    def child_argv(self) -> list[str]:
+        return ["redis", self.url, self.prefix]
 
     def open(self) -> Any:
         from lousho_sync.redis import RedisStore
@@ -310,6 +333,14 @@ def test_usable_as_agent_store(kit: Kit, store: Any) -> None:
         owner = store if part == "store" else store.sessions
         offered = [callable(getattr(owner, m, None)) for m in methods]
         assert offered == [capability not in kit.lacks] * len(methods), capability
+    fenced = "fencing" not in kit.lacks
+    for p in (store.sessions, store.checkpoints, store.approvals):
+        assert supports_fencing(p) is fenced
+    assert supports_append(store.sessions) and supports_revision(store.sessions)
+    assert supports_lease(store.sessions) is ("leases" not in kit.lacks)
+    committer = turn_committer(store.sessions)
+    assert (committer is store) is ("commit_turn" not in kit.lacks)
+    assert turn_committer(store) is committer
 
 
 # --- sessions --------------------------------------------------------------------------------
@@ -481,31 +512,163 @@ def test_commit_turn_appends_drops_checkpoint_and_releases_lease(kit: Kit, store
     sessions.append("s1", [user("a"), assistant("b")], expected_length=0)
     store.checkpoints.save("s1.turn-2", checkpoint("s1.turn-2"))
     store.checkpoints.save("s1.turn-9", checkpoint("s1.turn-9"))
-    assert sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
-    kw: dict[str, Any] = {"checkpoints": store.checkpoints, "checkpoint_key": "s1.turn-2"}
+    token = sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
+    fence = Fence("s1", token)
+    kw: dict[str, Any] = {"checkpoint_key": "s1.turn-2", "fence": fence, "release": True}
     with pytest.raises(StoreConflictError) as info:  # nothing changes on a conflict
-        sessions.commit_turn("s1", [user("c")], expected_length=1, release_owner=owner, **kw)
+        store.commit_turn("s1", [user("c")], expected_length=1, **kw)
     assert info.value.actual_length == 2
     assert store.checkpoints.keys("s1.") == ["s1.turn-2", "s1.turn-9"]
-    assert not sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600, wait_s=0)
-    revision = sessions.commit_turn("s1", [user("c"), assistant("d")], expected_length=2,
-                                    release_owner=owner, **kw)
+    assert sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600, wait_s=0) is None
+    revision = store.commit_turn("s1", [user("c"), assistant("d")], expected_length=2, **kw)
     assert revision is not None and revision == sessions.revision("s1")
     assert texts(sessions.load("s1")) == ["a", "b", "c", "d"]
     assert store.checkpoints.keys("s1.") == ["s1.turn-9"]
     other = make_owner()
     assert sessions.acquire_lease("s1", owner=other, ttl_s=600, wait_s=0)  # released
-    # not the holder: the lease stays; no checkpoint key: nothing else is deleted
-    assert sessions.commit_turn("s1", [user("e")], expected_length=4, checkpoints=None,
-                                checkpoint_key=None, release_owner=owner) is not None
-    assert not sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0)
+    # no fence, no release, no checkpoint key: appended, nothing else changes
+    assert store.commit_turn("s1", [user("e")], expected_length=4,
+                             checkpoint_key=None) == sessions.revision("s1")
+    assert sessions.acquire_lease("s1", owner=owner, ttl_s=600, wait_s=0) is None
     assert store.checkpoints.keys("s1.") == ["s1.turn-9"]
-    # nothing to append, or another store's checkpoints: None, nothing done
-    assert sessions.commit_turn("s1", [], expected_length=5, release_owner=other, **kw) is None
-    foreign = {"checkpoints": object(), "checkpoint_key": "s1.turn-9"}
-    assert sessions.commit_turn("s1", [user("f")], expected_length=5, release_owner=None,
-                                **foreign) is None
-    assert len(sessions.load("s1")) == 5 and store.checkpoints.keys("s1.") == ["s1.turn-9"]
+    with pytest.raises(ConfigError, match="needs the fence"):
+        store.commit_turn("s1", [user("f")], expected_length=5, checkpoint_key=None,
+                          release=True)
+    assert len(sessions.load("s1")) == 5
+
+
+def test_commit_turn_releases_only_the_lease_held_under_its_token(kit: Kit, store: Any) -> None:
+    kit.need("commit_turn")
+    sessions, a, b = store.sessions, make_owner(), make_owner()
+    old = sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    sessions.release_lease("s1", owner=a)
+    new = sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
+    assert new > old
+    # the newest token, but release=False: b keeps the lease
+    store.commit_turn("s1", [user("x")], expected_length=0, checkpoint_key=None,
+                      fence=Fence("s1", new))
+    assert sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0) is None
+    # an older token: refused, b keeps the lease, nothing appended
+    with pytest.raises(LeaseLostError):
+        store.commit_turn("s1", [user("y")], expected_length=1, checkpoint_key=None,
+                          fence=Fence("s1", old), release=True)
+    assert sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0) is None
+    assert texts(sessions.load("s1")) == ["x"]
+    # b's token, release=True: released, and a may take it with a greater token
+    store.commit_turn("s1", [], expected_length=1, checkpoint_key=None,
+                      fence=Fence("s1", new), release=True)
+    newer = sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    assert newer is not None and newer > new
+    # b's token still "holds" nothing now: a stale release cannot free a's lease
+    with pytest.raises(LeaseLostError):
+        store.commit_turn("s1", [], expected_length=1, checkpoint_key=None,
+                          fence=Fence("s1", new), release=True)
+    assert sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0) is None
+
+
+# --- fencing ---------------------------------------------------------------------------------
+
+
+def test_fence_tokens_strictly_increase_across_owners_and_a_reopen(kit: Kit, store: Any) -> None:
+    kit.need("leases")
+    sessions, a, b = store.sessions, make_owner(), make_owner()
+    assert sessions.fence_token("s1") == 0
+    tokens = [sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)]
+    tokens.append(sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0))  # a again
+    assert sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0) is None
+    assert sessions.fence_token("s1") == tokens[-1]  # a failed attempt hands out nothing
+    sessions.release_lease("s1", owner=a)
+    assert sessions.fence_token("s1") == tokens[-1]  # a release keeps the token
+    tokens.append(sessions.acquire_lease("s1", owner=b, ttl_s=0.05, wait_s=0))
+    tokens.append(sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=TIMEOUT))  # expiry
+    sessions.release_lease("s1", owner=a)
+    assert sessions.acquire_lease("s2", owner=a, ttl_s=600, wait_s=0) == 1  # its own count
+    with kit.reopened() as again:
+        assert again.sessions.fence_token("s1") == tokens[-1]
+        tokens.append(again.sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0))
+        again.sessions.release_lease("s1", owner=b)
+    assert tokens[0] >= 1
+    assert all(isinstance(t, int) for t in tokens)
+    assert tokens == sorted(set(tokens)), tokens  # strictly increasing
+    assert sessions.fence_token("s1") == tokens[-1]
+
+
+def _take_over(store: Any) -> tuple[Fence, Fence]:
+    """An old fence (a's, released) and the newest (b's, held) of session s1."""
+    a, b = make_owner(), make_owner()
+    old = store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    store.sessions.release_lease("s1", owner=a)
+    new = store.sessions.acquire_lease("s1", owner=b, ttl_s=600, wait_s=0)
+    return Fence("s1", old), Fence("s1", new)
+
+
+def _fenced_writes(store: Any) -> dict[str, Callable[[Fence], object]]:
+    """Every fenced write, each on the data _seed stored."""
+    return {
+        "sessions.save": lambda f: store.sessions.save("s1", [user("new")], fence=f),
+        "sessions.append": lambda f: store.sessions.append(
+            "s1", [user("c")], expected_length=2, fence=f),
+        "checkpoints.save": lambda f: store.checkpoints.save(
+            "s1.turn-2", checkpoint("s1.turn-2", turn_index=7), fence=f),
+        "checkpoints.delete": lambda f: store.checkpoints.delete("s1.turn-2", fence=f),
+        "approvals.create": lambda f: store.approvals.create(
+            approval("a1", reason="new"), fence=f),
+        "commit_turn": lambda f: store.commit_turn(
+            "s1", [user("c")], expected_length=2, checkpoint_key="s1.turn-2", fence=f,
+            release=f is not None),
+    }
+
+
+def _seed(store: Any) -> Callable[[], object]:
+    """Store a transcript, a checkpoint and an approval; returns a snapshot function."""
+    store.sessions.save("s1", [user("a"), assistant("b")])
+    store.checkpoints.save("s1.turn-2", checkpoint("s1.turn-2"))
+    store.approvals.create(approval("a1"))
+    return lambda: (store.sessions.load("s1"), store.sessions.revision("s1"),
+                    store.checkpoints.keys(""), store.checkpoints.load("s1.turn-2"),
+                    store.approvals.get("a1"))
+
+
+@pytest.mark.parametrize("write", list(_fenced_writes(None)))
+def test_a_write_under_an_older_fence_is_refused_and_changes_nothing(
+    kit: Kit, store: Any, write: str
+) -> None:
+    kit.need("fencing")
+    snapshot = _seed(store)
+    old, new = _take_over(store)
+    before = snapshot()
+    with pytest.raises(LeaseLostError) as info:
+        _fenced_writes(store)[write](old)
+    err = info.value
+    assert err.code == "LOUSHO_LEASE_LOST" and err.session_id == "s1"
+    text = str(err)
+    assert "'s1'" in text and f"token {old.token}" in text and f"token {new.token}" in text
+    assert "another process took over the turn" in text
+    assert snapshot() == before
+    assert store.sessions.fence_token("s1") == new.token
+    # the holder's lease is untouched
+    assert store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600, wait_s=0) is None
+
+
+@pytest.mark.parametrize("write", list(_fenced_writes(None)))
+def test_a_write_under_the_newest_fence_or_none_succeeds(kit: Kit, store: Any, write: str) -> None:
+    kit.need("fencing")
+    for fence in ("newest", None):
+        snapshot = _seed(store)
+        _, new = _take_over(store)
+        before = snapshot()
+        _fenced_writes(store)[write](new if fence else None)  # type: ignore[arg-type]
+        assert snapshot() != before, (write, fence)
+
+
+def test_a_fence_of_another_session_is_refused(kit: Kit, store: Any) -> None:
+    kit.need("fencing")
+    token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600, wait_s=0)
+    with pytest.raises(ConfigError, match="fence"):
+        store.sessions.append("s2", [user("x")], expected_length=0, fence=Fence("s1", token))
+    with pytest.raises(ConfigError, match="fence"):
+        store.checkpoints.save("s1.turn-0", checkpoint("s1.turn-0"), fence=Fence("s1", 0))
+    assert store.sessions.load("s2") is None and store.checkpoints.keys("") == []
 
 
 # --- checkpoints -----------------------------------------------------------------------------
@@ -776,7 +939,8 @@ def test_lease_waiter_gets_it_when_released(kit: Kit, store: Any) -> None:
     kit.need("leases")
     a, b = make_owner(), make_owner()
     assert store.sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
-    got: list[bool] = []
+    first = store.sessions.fence_token("s1")
+    got: list[int | None] = []
     started = threading.Event()
 
     def waiter() -> None:
@@ -788,7 +952,7 @@ def test_lease_waiter_gets_it_when_released(kit: Kit, store: Any) -> None:
     assert started.wait(timeout=TIMEOUT)
     store.sessions.release_lease("s1", owner=a)
     t.join(timeout=TIMEOUT)
-    assert got == [True]
+    assert got == [first + 1]
     store.sessions.release_lease("s1", owner=b)
 
 
@@ -813,3 +977,82 @@ def test_a_new_agent_over_the_same_store_sees_the_history(kit: Kit, store: Any) 
         again = create_agent(provider=provider, store=again_store).session(id="u")
         assert [m.text for m in again.messages] == ["hello", "1 messages seen"]
         assert again.send("and now?").text == "3 messages seen"
+
+
+# --- a stopped holder across real processes --------------------------------------------------
+
+CHILD_FENCED_TURN = """
+import sys
+from lousho_sync.errors import LeaseLostError
+from lousho_sync.messages import Message
+from lousho_sync.records import Checkpoint, Fence
+from lousho_sync.stores._lease import make_owner
+kind, where, prefix = sys.argv[1:4]
+if kind == "sqlite":
+    from lousho_sync.sqlite import SqliteStore
+    store = SqliteStore(where)
+else:
+    from lousho_sync.redis import RedisStore
+    store = RedisStore(where, prefix=prefix)
+token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=0.5, wait_s=10)
+fence = Fence("s1", token)
+store.checkpoints.save("s1.turn-0", Checkpoint(key="s1.turn-0", session_id="s1", run_id="A"),
+                       fence=fence)
+print(token, flush=True)
+sys.stdin.readline()  # the parent stops us here, takes over, commits, continues us
+for what, write in [
+    ("checkpoint", lambda: store.checkpoints.save(
+        "s1.turn-0", Checkpoint(key="s1.turn-0", session_id="s1", run_id="A2"), fence=fence)),
+    ("commit", lambda: store.commit_turn(
+        "s1", [Message("user", "A's turn")], expected_length=0, checkpoint_key="s1.turn-0",
+        fence=fence, release=True)),
+]:
+    try:
+        write()
+        print(what, "written", flush=True)
+    except LeaseLostError as exc:
+        print(what, "refused", exc.session_id, exc.code, flush=True)
+"""
+
+
+def test_a_stopped_holder_past_its_ttl_cannot_commit_after_the_new_owner(
+    kit: Kit, store: Any
+) -> None:
+    """Process A takes the lease (ttl 0.5 s) and is stopped (SIGSTOP); this process (B)
+    takes over once it expires and commits the turn; A, continued, has every write refused:
+    the transcript holds B's turn only."""
+    kit.need("fencing")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_FENCED_TURN, *kit.child_argv()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = read_line(child)
+        assert first.isdigit(), first + (child.stderr.read() if child.stderr else "")
+        held = int(first)
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=600,
+                                                 wait_s=TIMEOUT)  # polls until A's expires
+            assert token is not None and token > held
+            assert store.checkpoints.load("s1.turn-0").run_id == "A"  # A's, left for B
+            store.commit_turn("s1", [user("B's turn")], expected_length=0,
+                              checkpoint_key="s1.turn-0", fence=Fence("s1", token), release=True)
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=TIMEOUT)
+        assert child.returncode == 0, err
+        assert out.splitlines() == [
+            "checkpoint refused s1 LOUSHO_LEASE_LOST",
+            "commit refused s1 LOUSHO_LEASE_LOST",
+        ]
+        assert texts(store.sessions.load("s1")) == ["B's turn"]
+        assert store.checkpoints.keys("s1.") == []
+        assert store.sessions.fence_token("s1") == token
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate(timeout=TIMEOUT)

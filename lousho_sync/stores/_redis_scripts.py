@@ -9,6 +9,9 @@ from __future__ import annotations
 __all__ = [
     "ACQUIRE",
     "APPEND",
+    "APPROVAL_CREATE",
+    "CHECKPOINT_DELETE",
+    "CHECKPOINT_SAVE",
     "IDS",
     "LAYOUT",
     "PRUNE_APPROVALS",
@@ -22,12 +25,19 @@ __all__ = [
     "TAKE_OVER",
 ]
 
-# Lua helpers: RPUSH ARGV[from..] in chunks (unpack is limited by Lua's C stack).
+# Lua helpers: RPUSH ARGV[from..] in chunks (unpack is limited by Lua's C stack); the newest
+# fence token when it is newer than a write's token ('0': an unfenced write); expiry.
 _PUSH = """
 local function push(key, from)
   for i = from, #ARGV, 1000 do
     redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
+end
+local function newer(fence_key, token)
+  if token == '0' then return nil end
+  local newest = tonumber(redis.call('GET', fence_key) or '0')
+  if newest > tonumber(token) then return newest end
+  return nil
 end
 local function touch(ttl_ms)
   if tonumber(ttl_ms) > 0 then
@@ -37,53 +47,63 @@ local function touch(ttl_ms)
 end
 """
 
-# KEYS: list, meta, revision counter, sessions index.
-# ARGV: now, ttl_ms, id, messages...
+# KEYS: list, meta, revision counter, sessions index, fence.
+# ARGV: now, ttl_ms, id, fence token, messages...
+# Returns {1, length} or {-1, newest token} (refused: a newer lease token exists).
 SAVE = (
     _PUSH
     + """
+local newest = newer(KEYS[5], ARGV[4])
+if newest then return {-1, newest} end
 redis.call('DEL', KEYS[1], KEYS[2])
-if #ARGV < 4 then
+if #ARGV < 5 then
   redis.call('ZREM', KEYS[4], ARGV[3])
-  return 0
+  return {1, 0}
 end
-push(KEYS[1], 4)
+push(KEYS[1], 5)
 redis.call('HSET', KEYS[2], 'rev', redis.call('INCR', KEYS[3]))
 touch(ARGV[2])
 redis.call('ZADD', KEYS[4], ARGV[1], ARGV[3])
-return #ARGV - 3
+return {1, #ARGV - 4}
 """
 )
 
-# KEYS: list, meta, revision counter, sessions index [, checkpoint, its two indexes, lease].
-# ARGV: now, ttl_ms, id, expected_length, token, drop checkpoint ('1'/'0'), checkpoint key,
-# lease owner to release ('' for none), messages...
-# Returns {1, new length, revision} or {0, actual length} (a conflict).
+# KEYS: list, meta, revision counter, sessions index, checkpoint, its two indexes, lease,
+# fence.
+# ARGV: now, ttl_ms, id, expected_length, op token, drop checkpoint ('1'/'0'), checkpoint
+# key, release the lease held under the fence token ('1'/'0'), fence token, messages...
+# Returns {1, new length, revision} (revision false: no transcript), {0, actual length} (a
+# conflict) or {-1, newest token} (refused). A retry of an append that was done (same op
+# token) returns its result.
 APPEND = (
     _PUSH
     + """
 local n = redis.call('LLEN', KEYS[1])
 local expected = tonumber(ARGV[4])
-local count = #ARGV - 8
-if n ~= expected then
-  if n == expected + count and redis.call('HGET', KEYS[2], 'op') == ARGV[5] then
-    return {1, n, tonumber(redis.call('HGET', KEYS[2], 'rev'))}
-  end
-  return {0, n}
+local count = #ARGV - 9
+if count > 0 and n == expected + count and redis.call('HGET', KEYS[2], 'op') == ARGV[5] then
+  return {1, n, tonumber(redis.call('HGET', KEYS[2], 'rev'))}
 end
-push(KEYS[1], 9)
-local rev = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[2], 'rev', rev, 'op', ARGV[5])
-touch(ARGV[2])
-redis.call('ZADD', KEYS[4], ARGV[1], ARGV[3])
+local newest = newer(KEYS[9], ARGV[9])
+if newest then return {-1, newest} end
+if n ~= expected then return {0, n} end
 if ARGV[6] == '1' then
   redis.call('DEL', KEYS[5])
   redis.call('ZREM', KEYS[6], ARGV[7])
   redis.call('ZREM', KEYS[7], ARGV[7])
 end
-if ARGV[8] ~= '' and redis.call('GET', KEYS[8]) == ARGV[8] then
+if ARGV[8] == '1' and redis.call('GET', KEYS[9]) == ARGV[9] then
   redis.call('DEL', KEYS[8])
 end
+if count == 0 then
+  if n == 0 then return {1, 0, false} end
+  return {1, n, tonumber(redis.call('HGET', KEYS[2], 'rev'))}
+end
+push(KEYS[1], 10)
+local rev = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[2], 'rev', rev, 'op', ARGV[5])
+touch(ARGV[2])
+redis.call('ZADD', KEYS[4], ARGV[1], ARGV[3])
 return {1, n + count, rev}
 """
 )
@@ -108,22 +128,26 @@ end
 return out
 """
 
-# KEYS: lease. ARGV: owner, ttl_ms. Returns 1 when taken (or already ours), else the holder.
+# KEYS: lease, fence. ARGV: owner, ttl_ms.
+# Returns {1, new fence token} when taken (or already ours), else {0, holder or ''}.
 ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return {1, redis.call('INCR', KEYS[2])}
 end
-return holder or 0
+return {0, holder or ''}
 """
 
-# KEYS: lease. ARGV: dead holder, new owner, ttl_ms. Compare-and-set.
+# KEYS: lease, fence. ARGV: dead holder, new owner, ttl_ms. Compare-and-set.
+# Returns the new fence token, or 0 when the holder changed meanwhile.
 TAKE_OVER = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
+  return redis.call('INCR', KEYS[2])
 end
 return 0
 """
@@ -142,6 +166,59 @@ RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+# KEYS: checkpoint, its time index, its lex index, fence.
+# ARGV: json, now, key, fence token. Returns {1} or {-1, newest token} (refused).
+CHECKPOINT_SAVE = (
+    _PUSH
+    + """
+local newest = newer(KEYS[4], ARGV[4])
+if newest then return {-1, newest} end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+redis.call('ZADD', KEYS[3], 0, ARGV[3])
+return {1}
+"""
+)
+
+# KEYS: checkpoint, its time index, its lex index, fence. ARGV: key, fence token.
+# Returns {1} or {-1, newest token} (refused).
+CHECKPOINT_DELETE = (
+    _PUSH
+    + """
+local newest = newer(KEYS[4], ARGV[2])
+if newest then return {-1, newest} end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return {1}
+"""
+)
+
+# KEYS: record, pending index, resolved index, fence.
+# ARGV: fence token, id, json, status, created_at, reason ('' with has_reason '0'),
+# has_reason, resolved_at ('' for none). Returns {1} or {-1, newest token} (refused).
+APPROVAL_CREATE = (
+    _PUSH
+    + """
+local newest = newer(KEYS[4], ARGV[1])
+if newest then return {-1, newest} end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'json', ARGV[3], 'status', ARGV[4])
+if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'reason', ARGV[6]) end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'resolved_at', ARGV[8]) end
+if ARGV[4] == 'pending' then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[2])
+else
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  local at = ARGV[8]
+  if at == '' then at = '0' end
+  redis.call('ZADD', KEYS[3], at, ARGV[2])
+end
+return {1}
+"""
+)
 
 # KEYS: record, pending index, resolved index.
 # ARGV: status, has_reason, reason, resolved_at, id, token.
@@ -210,8 +287,13 @@ end
 return removed
 """
 
-# KEYS: layout. ARGV: this release's layout. Returns the stored layout.
+# KEYS: layout. ARGV: this release's layout. Sets it when absent or an older number (an
+# older layout is readable as this one). Returns the stored layout.
 LAYOUT = """
-redis.call('SET', KEYS[1], ARGV[1], 'NX')
-return redis.call('GET', KEYS[1])
+local stored = redis.call('GET', KEYS[1])
+if not stored or (tonumber(stored) and tonumber(stored) < tonumber(ARGV[1])) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return ARGV[1]
+end
+return stored
 """

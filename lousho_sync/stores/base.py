@@ -1,14 +1,20 @@
 """Store protocols, the checkpoint and approval records, and capability detection.
 
 Required protocols: :class:`SessionStore`, :class:`CheckpointStore`, :class:`ApprovalStore`.
-Optional capabilities, detected on the store object:
+Optional capabilities, each a Protocol with a helper that detects it:
 
-* ``append(id, messages, *, expected_length)`` — add a turn's messages; raise
-  :class:`~lousho_sync.StoreConflictError` when the stored length is not ``expected_length``.
-* ``acquire_lease(id, *, owner, ttl_s, wait_s) -> bool``, ``renew_lease(id, *, owner, ttl_s)
-  -> bool``, ``release_lease(id, *, owner)`` — a per-session lease across processes.
-* ``revision(id) -> object`` — a token that changes whenever the stored transcript changes,
-  so a session can skip reloading an unchanged transcript.
+* :class:`Appendable` (:func:`supports_append`) — ``append(id, messages, *,
+  expected_length)`` adds a turn's messages; :class:`~lousho_sync.StoreConflictError` when
+  the stored length is not ``expected_length``.
+* :class:`Leased` (:func:`supports_lease`) — a per-session lease across processes whose
+  every acquisition returns a new, strictly greater fence token.
+* :class:`Revisioned` (:func:`supports_revision`) — ``revision(id)`` changes whenever the
+  stored transcript changes, so a session can skip reloading an unchanged transcript.
+* :class:`TurnCommitter` (:func:`turn_committer`) — a combined store (sessions and
+  checkpoints in one database) that commits a finished turn in one transaction.
+* fencing (:func:`supports_fencing`) — a part with ``fenced = True`` takes ``fence=`` on
+  every write a turn makes and refuses, atomically with the write, a write whose fence
+  token is older than the session's newest (:class:`~lousho_sync.LeaseLostError`).
 """
 
 from __future__ import annotations
@@ -25,15 +31,25 @@ from ..records import CHECKPOINT_VERSION, ApprovalRecord, Checkpoint, Fence, now
 __all__ = [
     "CHECKPOINT_VERSION",
     "AgentStore",
+    "Appendable",
     "ApprovalRecord",
     "ApprovalStore",
     "Checkpoint",
     "CheckpointStore",
     "Fence",
+    "FencedLease",
+    "Leased",
+    "Revisioned",
     "SessionStore",
     "StorageService",
+    "TurnCommitter",
     "now",
     "resolved",
+    "supports_append",
+    "supports_fencing",
+    "supports_lease",
+    "supports_revision",
+    "turn_committer",
 ]
 
 @runtime_checkable
@@ -129,3 +145,112 @@ class AgentStore:
     checkpoints: CheckpointStore | None = None
     approvals: ApprovalStore | None = None
 
+
+
+# --- optional capabilities -------------------------------------------------------------------
+
+
+@runtime_checkable
+class Appendable(Protocol):
+    """A session store that adds a turn's messages without rewriting the transcript."""
+
+    def append(self, id: str, messages: Sequence[Message], *, expected_length: int) -> None:
+        """Add ``messages``; StoreConflictError when the stored transcript does not hold
+        exactly ``expected_length`` messages (nothing is written then)."""
+        ...
+
+
+@runtime_checkable
+class Leased(Protocol):
+    """A session store with a per-session lease across processes. Stores that fence also
+    return a token from ``acquire_lease`` (True is accepted from stores that do not) and
+    offer ``fence_token(id)``, the newest token handed out."""
+
+    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
+        """Take the lease for ``ttl_s`` seconds, waiting up to ``wait_s``: the fence token
+        of this acquisition (>= 1, greater than every token handed out before for ``id``),
+        or None when not taken in time."""
+        ...
+
+    def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
+        ...
+
+    def release_lease(self, id: str, *, owner: str) -> None:
+        """Release the lease if ``owner`` holds it (the fence token stays)."""
+        ...
+
+
+@runtime_checkable
+class FencedLease(Leased, Protocol):
+    """A lease whose acquisitions hand out fence tokens (the built-in shared stores)."""
+
+    def fence_token(self, id: str) -> int:
+        """The newest fence token handed out for ``id`` (0 when none)."""
+        ...
+
+
+@runtime_checkable
+class Revisioned(Protocol):
+    """A session store that tells whether a transcript changed without loading it."""
+
+    def revision(self, id: str) -> object:
+        """A token that changes whenever the transcript of ``id`` changes; None if absent."""
+        ...
+
+
+@runtime_checkable
+class TurnCommitter(Protocol):
+    """A combined store that commits a finished turn in one transaction."""
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        """The checkpoint store whose checkpoint ``commit_turn`` deletes."""
+        ...
+
+    def commit_turn(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        checkpoint_key: str | None,
+        fence: Fence | None = None,
+        release: bool = False,
+    ) -> object:
+        """In one transaction: refuse when a newer fence token than ``fence`` exists
+        (LeaseLostError), check the length (StoreConflictError, as ``append``), append
+        ``messages``, delete checkpoint ``checkpoint_key`` (if given) and, when ``release``,
+        release the lease held under ``fence.token`` (only if that token still holds it).
+        Returns the session's new revision."""
+        ...
+
+
+def supports_append(store: object) -> bool:
+    """Whether ``store`` has :class:`Appendable`'s ``append``."""
+    return isinstance(store, Appendable)
+
+
+def supports_lease(store: object) -> bool:
+    """Whether ``store`` offers :class:`Leased`'s lease and fence tokens."""
+    return isinstance(store, Leased)
+
+
+def supports_revision(store: object) -> bool:
+    """Whether ``store`` has :class:`Revisioned`'s ``revision``."""
+    return isinstance(store, Revisioned)
+
+
+def supports_fencing(part: object) -> bool:
+    """Whether the store part ``part`` takes ``fence=`` on its writes (``fenced = True``)."""
+    return getattr(part, "fenced", False) is True
+
+
+def turn_committer(store: object) -> TurnCommitter | None:
+    """What commits turns for ``store``: ``store`` itself when it is a
+    :class:`TurnCommitter`, else the combined store a part names in its ``combined``
+    attribute (SqliteStore's ``sessions``, …), else None."""
+    if isinstance(store, TurnCommitter):
+        return store
+    combined = getattr(store, "combined", None)
+    return combined if isinstance(combined, TurnCommitter) else None

@@ -41,14 +41,14 @@ from ..codec import (
 )
 from ..errors import (
     ApprovalNotFoundError,
-    InvalidSessionIdError,
-    StoreConflictError,
     StoreCorruptError,
     StoreError,
     StoreUnavailableError,
 )
+from ..ids import is_session_id
 from ..messages import Message
 from ..results import PruneResult
+from ._common import check_length, check_older_than, check_owner, check_ttl, validate_session_id
 from ._lease import make_owner, poll_until
 from .base import ApprovalRecord, Checkpoint, StorageService, resolved
 
@@ -62,21 +62,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}"
 _KEY_RE = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})?")
 _NAME_RE = re.compile(_SEGMENT)
 _DEFAULT_LOCK_TIMEOUT_S = 30.0
-
-
-def _check_session_id(id: object) -> str:
-    if isinstance(id, str) and _SESSION_ID_RE.fullmatch(id):
-        return id
-    raise InvalidSessionIdError(
-        f"invalid session id {id!r}: a session id is 1 to 128 letters, digits, '_' or '-' "
-        "(^[A-Za-z0-9_-]{1,128}$)",
-        session_id=id,
-    )
 
 
 def _unavailable(action: str, path: Path, exc: OSError, session_id: str | None = None) -> Exception:
@@ -164,13 +153,6 @@ def _names(directory: Path, folder: str) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
-
-
-def _check_ttl(ttl_s: float) -> None:
-    if not ttl_s > 0:
-        from ..errors import ConfigError
-
-        raise ConfigError(f"a lease's ttl_s must be > 0 seconds, got {ttl_s!r}")
 
 
 class FileStorage:
@@ -276,6 +258,10 @@ class FileSessionStore:
     until it releases it; inside one process an owner that has not renewed within
     ``ttl_s`` is taken over.
 
+    Every acquisition returns a fence token, one more than the last, kept in
+    ``<dir>/<id>.fence`` (``fence_token``). The writes take no ``fence=``: the OS lock already
+    keeps a stopped holder's rivals out, so there is no split brain.
+
     Thread-safe: file locks exclude threads too; ``_leases_lock`` guards the in-memory
     lease table (owner, file lock, expiry per id).
     """
@@ -298,7 +284,7 @@ class FileSessionStore:
 
     def path_for(self, id: str) -> Path:
         """The file of session ``id`` (InvalidSessionIdError for a bad id)."""
-        return self._dir / f"{_check_session_id(id)}.json"
+        return self._dir / f"{validate_session_id(id)}.json"
 
     def _lock(self, id: str) -> AbstractContextManager[None]:
         return _file_lock(self._dir / f"{id}.lock", self._lock_timeout_s, id)
@@ -360,15 +346,7 @@ class FileSessionStore:
         path = self.path_for(id)
         with self._lock(id):
             stored = self._read(id, path) or []
-            if len(stored) != expected_length:
-                raise StoreConflictError(
-                    f"session {id!r} in {path} holds {len(stored)} messages, expected "
-                    f"{expected_length}: another writer appended first; reload and retry",
-                    expected_length=expected_length,
-                    actual_length=len(stored),
-                    path=str(path),
-                    session_id=id,
-                )
+            check_length(id, expected_length, len(stored), f"in {path}", path=str(path))
             if messages:
                 stored.extend(messages)
                 self._write(id, path, dumps_messages(stored).encode())
@@ -393,16 +371,23 @@ class FileSessionStore:
         except OSError as exc:
             raise _unavailable("list", self._dir, exc) from exc
         return sorted(
-            n[:-5] for n in names if n.endswith(".json") and _SESSION_ID_RE.fullmatch(n[:-5])
+            n[:-5] for n in names if n.endswith(".json") and is_session_id(n[:-5])
         )
 
     # --- lease -------------------------------------------------------------------------
 
-    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> bool:
-        """Take the lease of ``id`` for ``owner``, waiting up to ``wait_s`` seconds; True when
-        held (also when ``owner`` already holds it)."""
-        lease_path = self._dir / f"{_check_session_id(id)}.lease"
-        _check_ttl(ttl_s)
+    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
+        """Take the lease of ``id`` for ``owner``, waiting up to ``wait_s`` seconds: the new
+        fence token (greater than every token handed out before for ``id``, also when
+        ``owner`` already held it), or None when not taken in time.
+
+        A live holder, even a stopped one, keeps the others out (the OS lock dies with its
+        process only), so two processes never hold the lease at once.
+        """
+        lease_path = self._dir / f"{validate_session_id(id)}.lease"
+        check_owner(owner)
+        check_ttl(ttl_s)
+        got: list[int] = []
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -421,6 +406,7 @@ class FileSessionStore:
                             id,
                             held.owner,
                         )
+                    got.append(self._next_token(id))
                     held.owner = owner
                     held.expires_at = clock + ttl_s
                     return True
@@ -431,15 +417,57 @@ class FileSessionStore:
                     return False
                 except OSError as exc:
                     raise _unavailable("lock", lease_path, exc, id) from exc
+                try:
+                    got.append(self._next_token(id))
+                except BaseException:
+                    lock.release()
+                    raise
                 self._leases[id] = _Lease(owner, lock, clock + ttl_s)
                 return True
 
-        return poll_until(attempt, wait_s)
+        return got[0] if poll_until(attempt, wait_s) else None
+
+    def _fence_path(self, id: str) -> Path:
+        return self._dir / f"{id}.fence"
+
+    def _next_token(self, id: str) -> int:
+        """Write and return the session's next fence token (the caller holds the lease's
+        OS lock, so no other process writes it meanwhile)."""
+        token = self.fence_token(id) + 1
+        path = self._fence_path(id)
+        try:
+            _atomic_write(path, str(token).encode())
+        except OSError as exc:
+            raise _unavailable("write", path, exc, id) from exc
+        return token
+
+    def fence_token(self, id: str) -> int:
+        """The newest fence token handed out for ``id`` (0 when none), from
+        ``<dir>/<id>.fence``."""
+        path = self._fence_path(validate_session_id(id))
+        try:
+            text = path.read_text("ascii").strip()
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as exc:
+            raise StoreCorruptError(
+                f"fence token file {path} cannot be read ({exc}); it was left as it is",
+                path=str(path),
+                session_id=id,
+            ) from exc
+        if not text.isdigit():
+            raise StoreCorruptError(
+                f"fence token file {path} holds {text[:40]!r}, not a number; it was left as "
+                "it is: repair it (a number at least as large as any token handed out)",
+                path=str(path),
+                session_id=id,
+            )
+        return int(text)
 
     def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s lease by ``ttl_s``; False when ``owner`` no longer holds it."""
-        _check_session_id(id)
-        _check_ttl(ttl_s)
+        validate_session_id(id)
+        check_ttl(ttl_s)
         with self._leases_lock:
             held = self._leases.get(id)
             if held is None or held.owner != owner:
@@ -449,7 +477,7 @@ class FileSessionStore:
 
     def release_lease(self, id: str, *, owner: str) -> None:
         """Release the lease if ``owner`` holds it (otherwise nothing happens)."""
-        _check_session_id(id)
+        validate_session_id(id)
         with self._leases_lock:
             held = self._leases.get(id)
             if held is None or held.owner != owner:
@@ -621,10 +649,7 @@ class FileStore:
         """Delete sessions and checkpoints whose files were not modified within
         ``older_than_s`` seconds and approvals resolved that long ago; pending approvals are
         kept. Returns the counts."""
-        if older_than_s < 0:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"older_than_s must be >= 0, got {older_than_s!r}")
+        check_older_than(older_than_s)
         cutoff = time.time() - older_than_s
         sessions = 0
         owner = make_owner()

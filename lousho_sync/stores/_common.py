@@ -1,0 +1,203 @@
+"""What the built-in stores share: argument checks, the errors they raise for a conflict or
+a lost lease, the approval-record overlay, lease forwarding and the context manager."""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Literal, Protocol, Self, cast
+
+import attrs
+
+from ..errors import ConfigError, LeaseLostError, StoreConflictError
+from ..ids import validate_session_id
+from ..records import ApprovalRecord, Fence
+from .base import FencedLease
+
+__all__ = [
+    "Closing",
+    "LeaseForwarding",
+    "check_fence",
+    "check_length",
+    "check_older_than",
+    "check_owner",
+    "check_ttl",
+    "commit_token",
+    "fence_token_of",
+    "lease_lost",
+    "overlay",
+    "resolved_at",
+    "validate_session_id",
+]
+
+
+def check_ttl(ttl_s: float) -> None:
+    """ConfigError unless a lease's ``ttl_s`` is > 0."""
+    if not ttl_s > 0:
+        raise ConfigError(f"a lease's ttl_s must be > 0 seconds, got {ttl_s!r}")
+
+
+def check_owner(owner: str) -> None:
+    """ConfigError unless a lease ``owner`` is a non-empty str."""
+    if type(owner) is not str or not owner:
+        raise ConfigError(f"a lease's owner must be a non-empty str, got {owner!r}")
+
+
+def check_older_than(older_than_s: float) -> None:
+    """ConfigError unless prune's ``older_than_s`` is >= 0."""
+    if not older_than_s >= 0:
+        raise ConfigError(f"older_than_s must be >= 0, got {older_than_s!r}")
+
+
+def check_length(
+    id: str,
+    expected: int,
+    actual: int,
+    where: str,
+    *,
+    path: str | None = None,
+    address: str | None = None,
+) -> None:
+    """StoreConflictError when session ``id`` (kept ``where``: "in the SQLite store at …")
+    holds ``actual`` messages instead of ``expected``."""
+    if actual != expected:
+        raise StoreConflictError(
+            f"session {id!r} {where} holds {actual} messages, expected {expected}: another "
+            "writer appended first; reload and append again",
+            expected_length=expected,
+            actual_length=actual,
+            path=path,
+            address=address,
+            session_id=id,
+        )
+
+
+def fence_token_of(fence: Fence | None, id: str | None) -> int:
+    """The token of ``fence`` for a write about session ``id`` (0: no fence, no check).
+
+    ConfigError when the fence names another session than ``id`` (None: any) or its token
+    is not an int >= 1.
+    """
+    if fence is None:
+        return 0
+    if not isinstance(fence, Fence) or type(fence.token) is not int or fence.token < 1 or (
+        id is not None and fence.session_id != id
+    ):
+        raise ConfigError(
+            f"a write about session {id!r} was given fence {fence!r}: a fence is a Fence of "
+            "the same session with the token acquire_lease returned (>= 1)"
+        )
+    return fence.token
+
+
+def lease_lost(
+    id: str,
+    newest: int,
+    token: int,
+    where: str,
+    *,
+    path: str | None = None,
+    address: str | None = None,
+) -> LeaseLostError:
+    """The LeaseLostError for a write under ``token`` refused because ``newest`` exists."""
+    return LeaseLostError(
+        f"write to session {id!r} {where} refused: it was made under lease token {token}, "
+        f"but token {newest} was handed out since: another process took over the turn",
+        path=path,
+        address=address,
+        session_id=id,
+    )
+
+
+def check_fence(
+    id: str,
+    newest: int,
+    token: int,
+    where: str,
+    *,
+    path: str | None = None,
+    address: str | None = None,
+) -> None:
+    """LeaseLostError when a write under ``token`` (0: unfenced) meets ``newest``."""
+    if token and newest > token:
+        raise lease_lost(id, newest, token, where, path=path, address=address)
+
+
+def commit_token(id: str, fence: Fence | None, release: bool) -> int:
+    """The fence token of a ``commit_turn`` of session ``id`` (0: unfenced), after checking
+    the id, the fence, and that ``release`` comes with a fence."""
+    validate_session_id(id)
+    token = fence_token_of(fence, id)
+    if release and not token:
+        raise ConfigError(
+            f"commit_turn(release=True) of session {id!r} needs the fence its lease was "
+            "acquired under (fence=Fence(id, token))"
+        )
+    return token
+
+
+_Status = Literal["pending", "approved", "denied"]
+
+
+def resolved_at(record: ApprovalRecord) -> float | None:
+    """When ``record`` was resolved: its own time, or now for a resolved record without."""
+    if record.status != "pending" and record.resolved_at is None:
+        return time.time()
+    return record.resolved_at
+
+
+def overlay(
+    record: ApprovalRecord, status: str, reason: str | None, resolved: float | None
+) -> ApprovalRecord:
+    """``record`` (as created) with the stored ``status``, ``reason`` and resolution time,
+    which are the truth."""
+    if (record.status, record.reason, record.resolved_at) == (status, reason, resolved):
+        return record
+    return attrs.evolve(
+        record, status=cast(_Status, status), reason=reason, resolved_at=resolved
+    )
+
+
+class _WithLeasedSessions(Protocol):
+    @property
+    def sessions(self) -> FencedLease: ...
+
+
+class LeaseForwarding:
+    """A combined store's lease methods, forwarded to its ``sessions``."""
+
+    def acquire_lease(
+        self: _WithLeasedSessions, id: str, *, owner: str, ttl_s: float, wait_s: float
+    ) -> int | None:
+        """Same as ``sessions.acquire_lease``."""
+        return self.sessions.acquire_lease(id, owner=owner, ttl_s=ttl_s, wait_s=wait_s)
+
+    def renew_lease(self: _WithLeasedSessions, id: str, *, owner: str, ttl_s: float) -> bool:
+        """Same as ``sessions.renew_lease``."""
+        return self.sessions.renew_lease(id, owner=owner, ttl_s=ttl_s)
+
+    def release_lease(self: _WithLeasedSessions, id: str, *, owner: str) -> None:
+        """Same as ``sessions.release_lease``."""
+        self.sessions.release_lease(id, owner=owner)
+
+    def fence_token(self: _WithLeasedSessions, id: str) -> int:
+        """Same as ``sessions.fence_token``."""
+        return self.sessions.fence_token(id)
+
+
+class Closing:
+    """``with store: ...`` closes the store at the end of the block."""
+
+    def close(self) -> None:
+        """Release what the store holds (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
