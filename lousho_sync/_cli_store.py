@@ -103,10 +103,11 @@ def probe_writable(store: Any, path: str, session_id: str) -> None:
         if acquire is None:
             return
         owner = f"lousho-cli-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        if acquire(session_id, owner=owner, ttl_s=5.0, wait_s=0):
+        taken = acquire(session_id, owner=owner, ttl_s=5.0, wait_s=0)
+        # a fence token (older stores: True) when taken; None (False) when a running turn
+        # elsewhere holds it: the store answered, so it is writable
+        if taken is not None and taken is not False:
             sessions.release_lease(session_id, owner=owner)
-        else:  # held by a running turn elsewhere: the store answered, so it is writable
-            return
     except Exception as exc:
         raise StoreProblem(f"the store {path!r} cannot be written: {_one_line(exc)}") from exc
 
