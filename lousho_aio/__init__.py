@@ -8,6 +8,7 @@ threads, ``$LOUSHO_AIO_THREADS`` or :func:`configure`); cancelling an awaiting t
 its turn. No ``asyncio.run`` inside: it works in an already running loop (Jupyter, ASGI).
 """
 
+from lousho_sync import __version__ as __version__
 from lousho_sync.codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from lousho_sync.compaction import Compaction
 from lousho_sync.errors import (
@@ -57,6 +58,7 @@ from lousho_sync.events import (
     ToolResultEvent,
     UsageEvent,
 )
+from lousho_sync.ids import session_id_for
 from lousho_sync.limits import Limits, Price
 from lousho_sync.messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
 from lousho_sync.providers.anthropic import AnthropicProvider
@@ -104,8 +106,6 @@ from ._bridge import DEFAULT_MAX_WORKERS, EVENT_BUFFER, configure, max_workers
 from .agent import AsyncAgent, AsyncApprovals, create_agent
 from .run import AsyncAgentRun
 from .session import AsyncApproveCallback, AsyncSession
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AbortController",
@@ -212,5 +212,6 @@ __all__ = [
     "resolve_model",
     "result_from_dict",
     "result_to_dict",
+    "session_id_for",
     "tool",
 ]

@@ -65,6 +65,7 @@ from .events import (
     ToolResultEvent,
     UsageEvent,
 )
+from .ids import session_id_for
 from .limits import Limits, Price
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
 from .providers.anthropic import AnthropicProvider
@@ -110,7 +111,18 @@ from .stores.memory import (
 from .tools import Tool, ToolContext, tool
 from .turns import AgentExecutor
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lousho")
+    except PackageNotFoundError:  # pragma: no cover - running from a tree never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+"""The installed distribution's version (one source: the package metadata)."""
 
 __all__ = [
     "AbortController",
@@ -213,6 +225,7 @@ __all__ = [
     "resolve_model",
     "result_from_dict",
     "result_to_dict",
+    "session_id_for",
     "tool",
 ]
 

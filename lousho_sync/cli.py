@@ -1,36 +1,34 @@
-"""The ``lousho`` command: ``demo``, ``chat``, ``sessions``."""
+"""The ``lousho`` command: ``demo``, ``chat``, ``sessions``.
+
+Exit codes: 0 done, 1 a runtime failure (a store problem, a missing session, a failed turn
+that ends the command), 2 a usage error (bad arguments, an invalid session id, a missing API
+key), 130 interrupted (Ctrl-C). Every problem is one line on stderr, without a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import re
-import signal
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["main", "open_store"]
+from ._cli_store import StoreProblem, open_store, probe_writable, stored_session_ids
+from .turns import session_prefix
+
+__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main", "open_store"]
 
 DEFAULT_STORE = "./.lousho/agent.db"
 DEFAULT_MODEL = "openai/gpt-4o-mini"
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def open_store(path: str) -> Any:
-    """A built-in store from a path: ``redis://…`` → RedisStore; a directory (or a path
-    without a ``.db``/``.sqlite``/``.sqlite3`` suffix) → file stores; otherwise SqliteStore."""
-    if path.startswith(("redis://", "rediss://", "unix://")):
-        from .redis import RedisStore
-
-        return RedisStore(path)
-    p = Path(path)
-    if p.is_dir() or p.suffix.lower() not in (".db", ".sqlite", ".sqlite3"):
-        from .stores.files import FileStore
-
-        return FileStore(p)
-    from .sqlite import SqliteStore
-
-    return SqliteStore(p)
+class _Failure(Exception):
+    """A runtime failure reported as one line with exit code 1."""
 
 
 def _duration(text: str) -> float:
@@ -42,33 +40,82 @@ def _duration(text: str) -> float:
     return float(m.group(1)) * scale
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``lousho`` console script."""
-    parser = argparse.ArgumentParser(prog="lousho",
-                                     description="lousho: agents whose conversations survive")
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="lousho", description="lousho: agents whose conversations survive",
+        epilog="exit codes: 0 ok, 1 runtime failure, 2 usage error, 130 interrupted")
+    parser.add_argument("--version", action="version", version=f"lousho {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="an offline tour: sessions, streaming, tools, crash and "
                           "resume, approvals")
     demo.add_argument("--dir", default=None,
                       help="where the demo's SQLite store goes (default: a temporary directory)")
+    store_help = (f"a .db/.sqlite file, a directory (file stores; a new one needs a trailing "
+                  f"/) or a redis:// URL (default: {DEFAULT_STORE})")
     chat = sub.add_parser("chat", help="a streaming chat, durable in a store")
     chat.add_argument("--session", default="default", help="session id (default: default)")
     chat.add_argument("--model", default=None,
                       help=f"provider/model (default: $LOUSHO_MODEL or {DEFAULT_MODEL})")
-    chat.add_argument("--store", default=DEFAULT_STORE,
-                      help=f"store path: .db file, directory or redis:// URL ({DEFAULT_STORE})")
+    chat.add_argument("--store", default=DEFAULT_STORE, help=store_help)
     sessions = sub.add_parser("sessions", help="list, show, delete or prune stored sessions")
-    sessions.add_argument("--store", default=DEFAULT_STORE, help="store path")
+    sessions.add_argument("--store", default=DEFAULT_STORE, help=store_help)
     ssub = sessions.add_subparsers(dest="action", required=True)
-    ssub.add_parser("list", help="session ids")
+    listing = ssub.add_parser("list", help="session ids (also those with only a pending turn)")
     show = ssub.add_parser("show", help="a session's transcript")
     show.add_argument("id")
-    delete = ssub.add_parser("delete", help="delete a session and its pending turns")
+    delete = ssub.add_parser("delete", help="delete a session and its pending turn")
     delete.add_argument("id")
     prune = ssub.add_parser("prune", help="delete what was not updated for a while")
     prune.add_argument("--older-than", required=True, type=_duration, help="e.g. 7d, 12h")
-    args = parser.parse_args(argv)
-    from .errors import LoushoError
+    prune.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    for p in (listing, show, delete, prune):
+        p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``lousho`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    notices = _Notices()
+    log = logging.getLogger("lousho_sync")
+    saved = log.propagate
+    log.addHandler(notices)
+    log.propagate = False
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = notices.warning
+            return _main(args)
+    finally:
+        log.removeHandler(notices)
+        log.propagate = saved
+
+
+class _Notices(logging.Handler):
+    """Warnings and WARNING logs as ``lousho: warning: ...`` lines on stderr, each once
+    (a library warning is often both a warning and a log record)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._seen: set[str] = set()
+
+    def say(self, text: str) -> None:
+        line = " ".join(text.split())
+        if line not in self._seen:
+            self._seen.add(line)
+            print(f"lousho: warning: {line}", file=sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.say(record.getMessage())
+
+    def warning(self, message: Warning | str, category: type[Warning], filename: str,
+                lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
+        self.say(str(message))
+
+
+def _main(args: argparse.Namespace) -> int:
+    from .errors import ConfigError, InvalidSessionIdError, LoushoError
 
     try:
         if args.command == "demo":
@@ -77,10 +124,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.dir, out=sys.stdout)
         if args.command == "chat":
             return _chat(args, sys.stdin, sys.stdout)
-        return _sessions(args, sys.stdout)
-    except LoushoError as exc:
-        print(f"lousho: error: {exc}", file=sys.stderr)
-        return 2
+        return _sessions(args, sys.stdin, sys.stdout)
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+        return EXIT_INTERRUPTED
+    except (InvalidSessionIdError, ConfigError) as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except (StoreProblem, _Failure, LoushoError, OSError) as exc:
+        _error(str(exc))
+        return EXIT_FAILURE
+
+
+def _error(text: str) -> None:
+    print(f"lousho: error: {' '.join(text.split())}", file=sys.stderr)
 
 
 def _model(name: str | None) -> Any:
@@ -91,106 +148,101 @@ def _model(name: str | None) -> Any:
     return resolve_model(name or os.environ.get("LOUSHO_MODEL") or DEFAULT_MODEL)
 
 
-def _chat(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+def _agent(store: Any, provider: Any = None) -> Any:
     from . import create_agent
-    from .events import RunDone, TextDelta, ToolCallStart
+    from .providers.scripted import ScriptedProvider
+
+    return create_agent(provider=provider or ScriptedProvider(default=""), store=store)
+
+
+def _chat(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    from ._cli_chat import chat_loop
     from .session import validate_session_id
 
     validate_session_id(args.session)
     provider = _model(args.model)  # a missing key fails here, naming the variable
     if args.store == DEFAULT_STORE:
         Path(DEFAULT_STORE).parent.mkdir(parents=True, exist_ok=True)
-    agent = create_agent(provider=provider, store=open_store(args.store))
-    session = agent.session(id=args.session)
-    out.write(f"lousho chat — session {session.id!r} ({len(session.messages)} messages), "
-              "/history /clear /compact /exit; Ctrl-C aborts a turn\n")
-    out.flush()
-    while True:
-        out.write("you> ")
-        out.flush()
-        line = stdin.readline()
-        if not line:
-            out.write("\n")
-            return 0
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/exit", "/quit"):
-            return 0
-        if text == "/history":
-            for m in session.messages:
-                what = m.text or ", ".join(f"{c.name}()" for c in m.tool_calls)
-                out.write(f"  {m.role}: {what}\n")
-            continue
-        if text == "/clear":
-            session.clear()
-            out.write("  (transcript cleared)\n")
-            continue
-        if text == "/compact":
-            before = len(session.messages)
-            session.compact()
-            out.write(f"  (compacted {before} -> {len(session.messages)} messages)\n")
-            continue
-        run = session.stream(text)
-        previous = signal.signal(signal.SIGINT, lambda *_, r=run: r.abort("Ctrl-C"))
-        try:
-            out.write("agent> ")
-            for event in run:
-                if isinstance(event, TextDelta):
-                    out.write(event.text)
-                    out.flush()
-                elif isinstance(event, ToolCallStart):
-                    out.write(f"[{event.call.name}] ")
-                elif isinstance(event, RunDone):
-                    if event.finish_reason == "aborted":
-                        out.write("[aborted: the transcript is unchanged]")
-                    elif event.finish_reason == "error":
-                        out.write("[failed]")
-            out.write("\n")
-            try:
-                run.result()
-            except Exception as exc:  # shown, and the chat goes on
-                out.write(f"  error: {exc}\n")
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        out.flush()
+    store = open_store(args.store, create=True)
+    probe_writable(store, args.store, args.session)
+    session = _agent(store, provider).session(id=args.session)
+    try:
+        session.pending()  # reads the transcript and the checkpoints now
+    except Exception as exc:
+        raise StoreProblem(f"cannot read session {args.session!r} from the store "
+                           f"{args.store!r}: {exc}") from exc
+    return chat_loop(session, stdin, out)
 
 
-def _sessions(args: argparse.Namespace, out: TextIO) -> int:
+def _session_info(session: Any) -> dict[str, Any]:
+    pending = session.pending()
+    return {"id": session.id, "messages": len(session.messages),
+            "pending": None if pending is None else pending.status}
+
+
+def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     from .session import validate_session_id
 
-    store = open_store(args.store)
-    sessions = store.sessions
+    store = open_store(args.store, create=False)
+    agent = _agent(store)
     if args.action == "list":
-        for sid in sessions.ids():
-            out.write(f"{sid}\n")
-        return 0
+        infos = [_session_info(agent.session(id=sid)) for sid in stored_session_ids(store)]
+        if args.json:
+            out.write(json.dumps(infos, indent=2) + "\n")
+        for info in [] if args.json else infos:
+            note = f"  (pending turn: {info['pending']})" if info["pending"] else ""
+            out.write(f"{info['id']}{note}\n")
+        return EXIT_OK
     if args.action == "prune":
-        prune = getattr(store, "prune", None)
-        if prune is None:
-            print(f"lousho: error: the store at {args.store!r} has no prune()", file=sys.stderr)
-            return 2
-        result = prune(older_than_s=args.older_than)
-        out.write(f"pruned {result.sessions} sessions, {result.checkpoints} checkpoints, "
-                  f"{result.approvals} approvals\n")
-        return 0
+        return _prune(args, store, stdin, out)
     sid = validate_session_id(args.id)
+    if sid not in stored_session_ids(store):
+        raise _Failure(f"no session {sid!r} in the store {args.store!r}")
+    session = agent.session(id=sid)
     if args.action == "show":
-        messages = sessions.load(sid)
-        if messages is None:
-            print(f"lousho: error: no session {sid!r} in {args.store!r}", file=sys.stderr)
-            return 1
-        for m in messages:
+        info = _session_info(session)
+        messages = [{"role": m.role, "text": m.text,
+                     "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)}
+                                    for c in m.tool_calls]} for m in session.messages]
+        if args.json:
+            out.write(json.dumps({**info, "transcript": messages}, indent=2) + "\n")
+            return EXIT_OK
+        for m in session.messages:
             what = m.text or ", ".join(f"{c.name}({dict(c.arguments)})" for c in m.tool_calls)
             out.write(f"{m.role}: {what}\n")
-        return 0
-    sessions.delete(sid)
+        if info["pending"]:
+            out.write(f"(a turn is pending: {info['pending']})\n")
+        return EXIT_OK
+    session.discard_pending()
+    store.sessions.delete(sid)
     checkpoints = getattr(store, "checkpoints", None)
     if checkpoints is not None:
-        for key in checkpoints.keys(f"{sid}.turn-"):
+        for key in checkpoints.keys(session_prefix(sid)):
             checkpoints.delete(key)
-    out.write(f"deleted {sid}\n")
-    return 0
+    out.write(json.dumps({"deleted": sid}) + "\n" if args.json else f"deleted {sid}\n")
+    return EXIT_OK
+
+
+def _prune(args: argparse.Namespace, store: Any, stdin: TextIO, out: TextIO) -> int:
+    prune = getattr(store, "prune", None)
+    if prune is None:
+        raise _Failure(f"the store at {args.store!r} has no prune()")
+    if not args.yes:
+        sys.stderr.write(f"delete every session, checkpoint and resolved approval not updated "
+                         f"in the last {args.older_than:g} s from {args.store}? [y/N] ")
+        sys.stderr.flush()
+        answer = stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            raise _Failure("nothing pruned (answer y to confirm, or pass --yes)")
+    result = prune(older_than_s=args.older_than)
+    counts = {"sessions": result.sessions, "checkpoints": result.checkpoints,
+              "approvals": result.approvals}
+    if args.json:
+        out.write(json.dumps({"pruned": counts}) + "\n")
+    else:
+        out.write(f"pruned {result.sessions} sessions, {result.checkpoints} checkpoints, "
+                  f"{result.approvals} approvals\n")
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

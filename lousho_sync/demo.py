@@ -164,6 +164,14 @@ def _crash_and_resume(db: Path, out: TextIO) -> None:
 
 
 def _child(db: str) -> None:
+    import logging
+    import warnings
+
+    from .errors import LoushoWarning
+
+    # the parent already told the user about the store; the child stays quiet
+    warnings.simplefilter("ignore", LoushoWarning)
+    logging.getLogger("lousho_sync").setLevel(logging.ERROR)
     agent = _agent(Path(db), block_in_tool=True)
     agent.session(id=CRASH_SESSION).send("Build the 2026 report.")
 

@@ -68,6 +68,7 @@ __all__ = [
     "play_linked",
     "resumed_turn",
     "session_key",
+    "session_of",
     "session_prefix",
     "tell_pending",
 ]
@@ -95,6 +96,12 @@ def session_prefix(session_id: str) -> str:
 def one_shot_key(session_id: str | None, run_id: str) -> str:
     """The key of a one-shot run: its session id (durable), else ``run-<run id>``."""
     return session_id if session_id is not None else f"{_SCRATCH}{run_id}"
+
+
+def session_of(key: str) -> str | None:
+    """The session id of a session-turn checkpoint key (None for any other key)."""
+    sid, sep, n = key.rpartition(_TURN)
+    return sid if sep and sid and n.isdigit() else None
 
 
 @attrs.frozen(slots=True)

@@ -1,37 +1,60 @@
-"""The lousho command end to end: chat through piped stdin against a real HTTP server on
-127.0.0.1 speaking the OpenAI wire format, and sessions on real stores."""
+"""The lousho command end to end, as a user meets it: chat through piped stdin or a
+pseudo-terminal against a real HTTP server on 127.0.0.1 speaking the OpenAI wire format,
+and the sessions commands on real stores."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import pty
 import queue
+import select
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _http_server import FakeServer, Recorded, Reply, fixture_reply
+from _http_server import FakeServer, Recorded, Reply, fixture_reply, json_reply
 
-from lousho_sync import ScriptedProvider, create_agent
+import lousho_sync
+from lousho_sync import FileStore, ProviderError, ScriptedProvider, Step, create_agent
 from lousho_sync.cli import open_store
+from lousho_sync.sqlite import SqliteStore
 
 WAIT = 30.0
+KEY = "sk-test-chat-key-123456"
+
+
+def failing() -> Reply:
+    return json_reply({"error": {"message": "upstream broke", "type": "server_error"}}, 500,
+                      {"Retry-After": "0"})
+
+
+def env_for(server: FakeServer | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "LOUSHO_MODEL"}
+    env["OPENAI_API_KEY"] = KEY
+    if server is not None:
+        env["OPENAI_BASE_URL"] = server.url + "/v1"
+    return env
 
 
 class Chat:
-    """``lousho chat`` in a child process, its stdout read by a thread."""
+    """``lousho chat`` in a child process (``python -m lousho_sync``), its stdout read by a
+    thread."""
 
     def __init__(self, tmp: Path, server: FakeServer, *extra: str) -> None:
-        env = {**os.environ, "OPENAI_BASE_URL": server.url + "/v1",
-               "OPENAI_API_KEY": "sk-test-chat-key-123456"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lousho_sync.cli", "chat", "--model", "openai/gpt-4o-mini",
+            [sys.executable, "-m", "lousho_sync", "chat", "--model", "openai/gpt-4o-mini",
              "--store", str(tmp / "agent.db"), "--session", "c1", *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env, cwd=tmp,
+            env=env_for(server), cwd=tmp,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen = ""
@@ -55,6 +78,21 @@ class Chat:
                 raise AssertionError(f"no {text!r} in {self.seen!r}") from None
         out, _, self.seen = self.seen.partition(text)
         return out + text
+
+    def exit(self) -> int:
+        self.type("/exit")
+        return self.proc.wait(WAIT)
+
+
+def lousho(*args: str, stdin: str = "", cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lousho_sync", *args], input=stdin,
+                          capture_output=True, text=True, timeout=WAIT, cwd=cwd,
+                          env=env or env_for())
+
+
+def stored(db: Path) -> Any:
+    return create_agent(provider=ScriptedProvider(default="x"), store=SqliteStore(db))
 
 
 def test_chat_streams_keeps_history_and_ctrl_c_aborts_a_turn(tmp_path: Path) -> None:
@@ -85,49 +123,376 @@ def test_chat_streams_keeps_history_and_ctrl_c_aborts_a_turn(tmp_path: Path) -> 
         history = chat.expect("you> ")
         assert "user: hi" in history and "assistant: Hello" in history
         assert "second question" not in history and "partial" not in history
-        chat.type("/exit")
-        assert chat.proc.wait(WAIT) == 0
-    stored = create_agent(provider=ScriptedProvider(default="x"),
-                          store=open_store(str(tmp_path / "agent.db"))).session(id="c1")
-    assert [m.role for m in stored.messages] == ["user", "assistant"]
-    assert stored.messages[1].text.startswith("Hello")
+        assert chat.exit() == 0
+    messages = stored(tmp_path / "agent.db").session(id="c1").messages
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].text.startswith("Hello")
+
+
+def fail_after_progress(server: FakeServer) -> None:
+    """The next turn: the model calls two tools (unknown here: error results, but progress
+    that is checkpointed), then every request fails with HTTP 500."""
+    server.push(fixture_reply("openai_parallel_tools_stream.sse"))
+    server.default = failing()
+
+
+def test_a_failed_turn_is_shown_pending_and_retry_prints_its_answer(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    with FakeServer() as server:
+        fail_after_progress(server)
+        chat = Chat(tmp_path, server)
+        chat.expect("you> ")
+        chat.type("weather in Paris and Rome?")
+        after = chat.expect("you> ")
+        assert "error:" in after and "500" in after
+        assert "a turn is pending (it did not finish): /retry finishes it" in after
+        assert chat.exit() == 0
+
+        # only a pending turn, no transcript yet: still listed, counted and shown
+        listed = lousho("sessions", "--store", str(db), "list")
+        assert listed.returncode == 0 and listed.stdout == "c1  (pending turn: interrupted)\n"
+        as_json = json.loads(lousho("sessions", "--store", str(db), "list", "--json").stdout)
+        assert as_json == [{"id": "c1", "messages": 0, "pending": "interrupted"}]
+        shown = lousho("sessions", "--store", str(db), "show", "c1")
+        assert shown.returncode == 0 and shown.stdout == "(a turn is pending: interrupted)\n"
+
+        server.default = fixture_reply("openai_text_stream.sse")
+        chat = Chat(tmp_path, server)
+        banner = chat.expect("you> ")
+        assert "(0 messages and a pending turn)" in banner
+        assert "/retry finishes it, /discard drops it" in banner
+        chat.type("/retry")
+        assert "agent> Hello" in chat.expect("you> ")
+        chat.type("/retry")
+        assert "(nothing is pending)" in chat.expect("you> ")
+        chat.type("/history")
+        history = chat.expect("you> ")
+        assert "user: weather in Paris and Rome?" in history and "assistant: Hello" in history
+        assert chat.exit() == 0
+    messages = stored(db).session(id="c1").messages
+    assert messages[0].text == "weather in Paris and Rome?" and messages[-1].text.startswith(
+        "Hello")
+    assert stored(db).session(id="c1").pending() is None
+
+
+def test_a_new_message_first_finishes_the_pending_turn_and_prints_it(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        fail_after_progress(server)
+        chat = Chat(tmp_path, server)
+        chat.expect("you> ")
+        chat.type("first")
+        assert "a turn is pending" in chat.expect("you> ")
+        server.default = fixture_reply("openai_text_stream.sse")
+        chat.type("second")
+        out = chat.expect("you> ")
+        assert "(finishing the pending turn first)\nagent> Hello" in out
+        assert out.count("agent> Hello") == 2  # the resumed answer, then the new one
+        assert chat.exit() == 0
+    users = [m.text for m in stored(tmp_path / "agent.db").session(id="c1").messages
+             if m.role == "user"]
+    assert users == ["first", "second"]
+
+
+def test_a_turn_failing_before_any_progress_keeps_nothing(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        server.default = failing()
+        chat = Chat(tmp_path, server)
+        chat.expect("you> ")
+        chat.type("lost")
+        out = chat.expect("you> ")
+        assert "error:" in out and "500" in out
+        assert "(nothing of this turn was kept: the transcript is as it was)" in out
+        assert "pending" not in out
+        server.default = fixture_reply("openai_text_stream.sse")
+        chat.type("again")
+        out = chat.expect("you> ")
+        assert out.count("agent> Hello") == 1 and "finishing" not in out
+        chat.type("/history")
+        history = chat.expect("you> ")
+        assert "user: again" in history and "lost" not in history
+        assert chat.exit() == 0
+
+
+def test_discard_drops_the_pending_turn(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        server.push(fixture_reply("openai_text_stream.sse"))
+        chat = Chat(tmp_path, server)
+        chat.expect("you> ")
+        chat.type("kept")
+        chat.expect("you> ")
+        fail_after_progress(server)
+        chat.type("dropped")
+        assert "a turn is pending" in chat.expect("you> ")
+        chat.type("/discard")
+        assert "(the pending turn was dropped; the transcript is as it was)" in chat.expect(
+            "you> ")
+        chat.type("/history")
+        history = chat.expect("you> ")
+        assert "user: kept" in history and "dropped" not in history
+        assert "pending" not in history
+        assert chat.exit() == 0
 
 
 def test_chat_without_a_key_names_the_variable(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "LOUSHO_MODEL")}
-    proc = subprocess.run([sys.executable, "-m", "lousho_sync.cli", "chat"], input="",
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=WAIT)
+    proc = lousho("chat", cwd=tmp_path, env=env)
     assert proc.returncode == 2
-    assert "OPENAI_API_KEY" in proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def read_until(fd: int, text: bytes, seen: bytearray) -> bytes:
+    """Read the pseudo-terminal until ``text`` appears; returns what came before it."""
+    while text not in seen:
+        ready, _, _ = select.select([fd], [], [], WAIT)
+        if not ready:
+            raise AssertionError(f"no {text!r} in {bytes(seen)!r}")
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            chunk = b""
+        if not chunk:
+            raise AssertionError(f"terminal closed before {text!r}; saw {bytes(seen)!r}")
+        seen += chunk
+    before, _, after = bytes(seen).partition(text)
+    seen[:] = after
+    return before
+
+
+def wait_child(pid: int, fd: int, seen: bytearray) -> int:
+    """Drain the terminal (into ``seen``) until the child exits; its exit code."""
+    while True:
+        ready, _, _ = select.select([fd], [], [], WAIT)
+        if not ready:
+            os.kill(pid, signal.SIGABRT)  # faulthandler prints every thread's stack
+            ready, _, _ = select.select([fd], [], [], 5)
+            with contextlib.suppress(OSError):
+                seen += os.read(fd, 65536)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"the chat did not exit: {bytes(seen).decode(errors='replace')}")
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def spawn_in_terminal(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int]:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its stdin, stdout and stderr are the terminal
+        os.chdir(cwd)
+        os.execve(sys.executable, [sys.executable, "-m", "lousho_sync", *args], env)
+    return pid, fd
+
+
+def test_in_a_terminal_the_prompt_edits_lines_and_ctrl_c_exits_130(tmp_path: Path) -> None:
+    pytest.importorskip("readline")
+    with FakeServer() as server:
+        server.default = fixture_reply("openai_text_stream.sse")
+        pid, fd = spawn_in_terminal(
+            ["chat", "--model", "openai/gpt-4o-mini", "--store", str(tmp_path / "a.db")],
+            {**env_for(server), "PYTHONFAULTHANDLER": "1"}, tmp_path)
+        seen = bytearray()
+        read_until(fd, b"you> ", seen)
+        os.write(fd, b"helo\x1b[Dl\r")  # left arrow, then insert: "hello"
+        read_until(fd, b"agent> Hello", seen)
+        read_until(fd, b"you> ", seen)
+        os.write(fd, b"\x1b[A\r")  # up arrow: the previous line again, from the history
+        read_until(fd, b"agent> Hello", seen)
+        read_until(fd, b"you> ", seen)
+        os.write(fd, b"\x03")  # Ctrl-C at the idle prompt
+        code = wait_child(pid, fd, seen)
+        rest = bytes(seen)
+        assert code == 130
+        assert b"Traceback" not in rest and b"KeyboardInterrupt" not in rest
+        users = [r.json()["messages"][-1]["content"] for r in server.requests]
+    os.close(fd)
+    assert users == ["hello", "hello"]
+
+
+def test_ctrl_c_at_a_piped_prompt_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        chat = Chat(tmp_path, server)
+        chat.expect("you> ")
+        chat.proc.send_signal(signal.SIGINT)
+        assert chat.proc.wait(WAIT) == 130
+        assert chat.proc.stderr is not None
+        assert "Traceback" not in chat.proc.stderr.read()
+
+
+def test_version() -> None:
+    assert lousho_sync.__version__ == version("lousho")
+    proc = lousho("--version")
+    assert proc.returncode == 0 and proc.stdout == f"lousho {version('lousho')}\n"
+
+
+# --- stores ---------------------------------------------------------------------------------
+def problem(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one stderr line of a store problem (exit 1, no traceback)."""
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if not x.startswith("lousho: warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("lousho: error: "), proc.stderr
+    assert "you> " not in proc.stdout  # reported before the first prompt
+    return lines[0]
+
+
+def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path: Path) -> None:
+    notes = tmp_path / "notadb.txt"
+    notes.write_text("my notes\n")
+    for args in (["chat", "--store", str(notes)], ["sessions", "--store", str(notes), "list"]):
+        line = problem(lousho(*args, cwd=tmp_path))
+        assert "is not a lousho store" in line and ".db file, a directory" in line
+    assert notes.read_text() == "my notes\n"
+
+
+def test_a_new_path_must_say_which_kind_of_store(tmp_path: Path) -> None:
+    line = problem(lousho("chat", "--store", "new.txt", cwd=tmp_path))
+    assert "new.db" in line and "trailing slash" in line and "redis://" in line
+    assert list(tmp_path.iterdir()) == []
+    proc = lousho("chat", "--store", "chats.sqlite", cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "chats.sqlite").is_file()
+    proc = lousho("chat", "--store", "files/", cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "files").is_dir()
+
+
+def test_read_only_commands_never_create_a_store(tmp_path: Path) -> None:
+    for args in (["list"], ["show", "x"], ["delete", "x"], ["prune", "--older-than", "1d"]):
+        line = problem(lousho("sessions", *args, cwd=tmp_path))
+        assert "no store at './.lousho/agent.db'" in line
+        line = problem(lousho("sessions", "--store", "missing.db", *args, cwd=tmp_path))
+        assert "no store at 'missing.db'" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreachable_and_unwritable_stores_fail_before_the_prompt(tmp_path: Path) -> None:
+    with socket_closed_port() as port:
+        line = problem(lousho("chat", "--store", f"redis://127.0.0.1:{port}/0", cwd=tmp_path))
+    assert "Connection refused" in line or "connect" in line
+    line = problem(lousho("chat", "--store", "/proc/self/lousho.db", cwd=tmp_path))
+    assert "/proc/self/lousho.db" in line
+
+
+def read_only_command(directory: Path, args: list[str]) -> list[str]:
+    """``args`` run with ``directory`` read-only: for root (who writes read-only files), in a
+    private mount namespace where it is a read-only bind mount."""
+    if os.geteuid() != 0:
+        for path in [directory, *directory.iterdir()]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        return args
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=WAIT,
+                           check=False) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("root, and no mount namespace to make a read-only directory in")
+    quoted = " ".join(shlex.quote(a) for a in args)
+    d = shlex.quote(str(directory))
+    return ["unshare", "-m", "sh", "-c",
+            f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && exec {quoted}"]
+
+
+def test_a_read_only_store_fails_before_the_prompt(tmp_path: Path) -> None:
+    directory = tmp_path / "ro"
+    stored(directory / "agent.db").session(id="c1").send("x")
+    cmd = read_only_command(directory, [sys.executable, "-m", "lousho_sync", "chat", "--store",
+                                        str(directory / "agent.db"), "--session", "c1"])
+    try:
+        proc = subprocess.run(cmd, input="hello\n", capture_output=True, text=True,
+                              timeout=WAIT, env=env_for(), cwd=tmp_path)
+    finally:
+        for path in [directory, *directory.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    line = problem(proc)
+    assert "cannot be written" in line and "agent.db" in line
+    assert proc.stdout == ""  # no banner, no prompt
+    assert [m.text for m in stored(directory / "agent.db").session(id="c1").messages] == [
+        "x", "x"]
+
+
+def test_a_redis_store_without_the_extra_names_it(tmp_path: Path) -> None:
+    fake = tmp_path / "no_redis" / "redis"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named redis')\n")
+    env = {**env_for(), "PYTHONPATH": str(fake.parent)}
+    line = problem(lousho("chat", "--store", "redis://127.0.0.1:6379/0", env=env, cwd=tmp_path))
+    assert "pip install 'lousho[redis]'" in line
+
+
+class socket_closed_port:
+    """A loopback port nobody listens on (bound, then closed)."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port: int = s.getsockname()[1]
+        s.close()
+        return self.port
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "files"])
 def test_sessions_list_show_delete_prune(kind: str, tmp_path: Path) -> None:
-    path = str(tmp_path / ("agent.db" if kind == "sqlite" else "store"))
+    path = str(tmp_path / "agent.db") if kind == "sqlite" else str(tmp_path / "store") + "/"
     agent = create_agent(provider=ScriptedProvider(default="pong"), store=open_store(path))
     agent.session(id="alpha").send("ping")
     agent.session(id="beta").send("ping")
 
-    def lousho(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "lousho_sync.cli", "sessions", "--store",
-                               path, *args], capture_output=True, text=True, timeout=WAIT)
+    def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return lousho("sessions", "--store", path, *args, stdin=stdin)
 
-    assert lousho("list").stdout.split() == ["alpha", "beta"]
-    assert lousho("show", "alpha").stdout.splitlines() == ["user: ping", "assistant: pong"]
-    assert lousho("delete", "alpha").returncode == 0
-    assert lousho("list").stdout.split() == ["beta"]
-    missing = lousho("show", "alpha")
+    assert run("list").stdout.split() == ["alpha", "beta"]
+    assert run("show", "alpha").stdout.splitlines() == ["user: ping", "assistant: pong"]
+    shown = json.loads(run("show", "alpha", "--json").stdout)
+    assert shown == {"id": "alpha", "messages": 2, "pending": None, "transcript": [
+        {"role": "user", "text": "ping", "tool_calls": []},
+        {"role": "assistant", "text": "pong", "tool_calls": []}]}
+    deleted = run("delete", "alpha", "--json")
+    assert deleted.returncode == 0 and json.loads(deleted.stdout) == {"deleted": "alpha"}
+    assert run("list").stdout.split() == ["beta"]
+    missing = run("show", "alpha")
     assert missing.returncode == 1 and "no session 'alpha'" in missing.stderr
-    bad = lousho("show", "../etc")
+    gone = run("delete", "alpha")
+    assert gone.returncode == 1 and "no session 'alpha'" in gone.stderr and gone.stdout == ""
+    bad = run("show", "../etc")
     assert bad.returncode == 2 and "^[A-Za-z0-9_-]{1,128}$" in bad.stderr
-    pruned = lousho("prune", "--older-than", "7d")
-    assert pruned.returncode == 0, pruned.stderr
-    assert pruned.stdout.startswith("pruned 0 sessions")
-    assert lousho("list").stdout.split() == ["beta"]
+    assert run("frobnicate").returncode == 2  # usage
+
+    refused = run("prune", "--older-than", "0s", stdin="n\n")
+    assert refused.returncode == 1 and "nothing pruned" in refused.stderr
+    assert "[y/N]" in refused.stderr and refused.stdout == ""
+    assert run("prune", "--older-than", "0s").returncode == 1  # no answer: nothing either
+    assert run("list").stdout.split() == ["beta"]
+    kept = run("prune", "--older-than", "7d", "--yes", "--json")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout) == {"pruned": {"sessions": 0, "checkpoints": 0,
+                                                  "approvals": 0}}
+    confirmed = run("prune", "--older-than", "0s", stdin="y\n")
+    assert confirmed.returncode == 0 and confirmed.stdout.startswith("pruned 1 sessions")
+    assert run("list").stdout == "" and run("list", "--json").stdout == "[]\n"
+
+
+def test_delete_removes_a_session_that_holds_only_a_pending_turn(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    agent = create_agent(provider=ScriptedProvider(
+        [Step(tool_calls=[("nothing", {})]), Step(error=ProviderError("down"))]),
+        store=SqliteStore(db))
+    with pytest.raises(ProviderError):
+        agent.session(id="p1").send("go")
+    assert lousho("sessions", "--store", str(db), "list").stdout.split()[0] == "p1"
+    assert lousho("sessions", "--store", str(db), "delete", "p1").stdout == "deleted p1\n"
+    assert lousho("sessions", "--store", str(db), "list").stdout == ""
+    assert stored(db).session(id="p1").pending() is None
 
 
 def test_file_store_prune_keeps_fresh_and_pending(tmp_path: Path) -> None:
-    from lousho_sync import FileStore, Step, tool
+    from lousho_sync import tool
 
     @tool(needs_approval=True)
     def pay() -> str:
@@ -135,6 +500,7 @@ def test_file_store_prune_keeps_fresh_and_pending(tmp_path: Path) -> None:
         return "paid"
 
     store = FileStore(tmp_path)
+
     def model(request: Any) -> Step | str:
         last = list(request.messages)[-1]
         return Step(tool_calls=[("pay", {})]) if last.text == "pay" else "ok"

@@ -1,0 +1,7 @@
+"""``python -m lousho_sync``: the ``lousho`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

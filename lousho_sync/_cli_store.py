@@ -1,0 +1,126 @@
+"""The ``lousho`` command's stores: which kind a ``--store`` value names, opening it without
+surprises, and the sessions it holds (including those that hold only a pending turn)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .turns import session_of
+
+__all__ = ["StoreProblem", "open_store", "probe_writable", "stored_session_ids"]
+
+URL_SCHEMES = ("redis://", "rediss://", "unix://")
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class StoreProblem(Exception):
+    """A store that cannot be used; the message is one line that says what to do."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _kind(path: str, *, create: bool) -> str:
+    """``"redis"``, ``"sqlite"`` or ``"files"`` for ``path``, or StoreProblem."""
+    if path.startswith(URL_SCHEMES):
+        return "redis"
+    if "://" in path:
+        raise StoreProblem(f"{path!r}: unknown store URL; lousho stores are redis://, "
+                           "rediss:// or unix:// URLs, .db files and directories")
+    p = Path(path)
+    if p.is_dir():
+        if create or (p / "sessions").is_dir() or (p / "state").is_dir():
+            return "files"
+        raise StoreProblem(f"{path!r} is a directory but not a lousho file store (it has no "
+                           "sessions/ or state/ inside); nothing was created")
+    if p.exists():
+        if not p.is_file():
+            raise StoreProblem(f"{path!r} is neither a file nor a directory")
+        try:
+            with p.open("rb") as f:
+                head = f.read(len(_SQLITE_HEADER))
+        except OSError as exc:
+            raise StoreProblem(f"cannot read the store {path!r}: {_one_line(exc)}") from exc
+        if head == _SQLITE_HEADER or (not head and p.suffix.lower() in SQLITE_SUFFIXES):
+            return "sqlite"
+        raise StoreProblem(f"{path!r} is not a lousho store (neither a SQLite database nor a "
+                           "directory); it was left as it was. Give a .db file, a directory "
+                           "or a redis:// URL")
+    if not create:
+        raise StoreProblem(f"no store at {path!r} (nothing was created; `lousho chat --store "
+                           f"{path}` makes one)")
+    if p.suffix.lower() in SQLITE_SUFFIXES:
+        return "sqlite"
+    if path.endswith(("/", os.sep)):
+        return "files"
+    raise StoreProblem(
+        f"no store at {path!r}, and its name does not say which kind to create: name a new "
+        f"SQLite file with .db ({p.with_suffix('.db')}), a new directory of files with a "
+        f"trailing slash ({path}/), or use a redis:// URL")
+
+
+def open_store(path: str, *, create: bool = True) -> Any:
+    """The built-in store that ``path`` names: a ``redis://`` (``rediss://``, ``unix://``)
+    URL → RedisStore; a directory → FileStore; a SQLite file, or a new ``.db``/``.sqlite``
+    name → SqliteStore. With ``create=False`` nothing that does not exist yet is made.
+    Anything else raises StoreProblem with a hint."""
+    kind = _kind(path, create=create)
+    try:
+        if kind == "redis":
+            try:
+                from .redis import RedisStore
+            except ImportError as exc:
+                raise StoreProblem(f"the store {path!r} needs the redis package: "
+                                   "pip install 'lousho[redis]'") from exc
+            store = RedisStore(path)
+            store.sessions.ids()  # connects now, so a bad URL is reported before anything
+            return store
+        if kind == "files":
+            from .stores.files import FileStore
+
+            return FileStore(Path(path))
+        from .sqlite import SqliteStore
+
+        return SqliteStore(Path(path))
+    except StoreProblem:
+        raise
+    except Exception as exc:  # every store failure becomes one line, no traceback
+        raise StoreProblem(f"cannot open the store {path!r}: {_one_line(exc)}") from exc
+
+
+def probe_writable(store: Any, path: str, session_id: str) -> None:
+    """Take and give back ``session_id``'s lease (a real write), so a read-only store is
+    reported now rather than at every turn. StoreProblem when it fails."""
+    sessions = store.sessions
+    acquire = getattr(sessions, "acquire_lease", None)
+    try:
+        sessions.load(session_id)
+        if acquire is None:
+            return
+        owner = f"lousho-cli-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        taken = acquire(session_id, owner=owner, ttl_s=5.0, wait_s=0)
+        # a fence token (older stores: True) when taken; None (False) when a running turn
+        # elsewhere holds it: the store answered, so it is writable
+        if taken is not None and taken is not False:
+            sessions.release_lease(session_id, owner=owner)
+    except Exception as exc:
+        raise StoreProblem(f"the store {path!r} cannot be written: {_one_line(exc)}") from exc
+
+
+def stored_session_ids(store: Any) -> list[str]:
+    """Ids of the sessions with a transcript or a pending turn, sorted."""
+    ids = set(store.sessions.ids())
+    checkpoints = getattr(store, "checkpoints", None)
+    if checkpoints is not None:
+        for key in checkpoints.keys(""):
+            sid = session_of(key)
+            if sid is not None:
+                ids.add(sid)
+    return sorted(ids)
+
