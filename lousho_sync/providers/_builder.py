@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import attrs
 
 from ..errors import ProviderError
 from ..messages import Message, ToolCall, Usage
+from ._secret import Secret, clip
 from .base import ModelResponse, ModelTextDelta, ModelToolCallDelta
 
-if TYPE_CHECKING:
-    from ._http import Secret
-
-__all__ = ["ResponseBuilder", "clip"]
-
-
-def clip(text: str, limit: int = 500) -> str:
-    """``text`` cut to ``limit`` characters (``...`` marks a cut), for error messages."""
-    return text if len(text) <= limit else text[:limit] + "..."
+__all__ = ["ResponseBuilder"]
 
 
 @attrs.define

@@ -42,7 +42,8 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ..errors import AbortedError, ConfigError, ProviderError, RateLimitedError
 from ..signal import Signal
-from ._builder import ResponseBuilder, clip
+from ._builder import ResponseBuilder
+from ._secret import Secret, clip
 from ._sse import SseEvent, iter_sse
 
 __all__ = [
@@ -61,33 +62,8 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _RETRY_STATUSES = frozenset((408, 409, 429))
-_MIN_SECRET_LEN = 8  # shorter "keys" are placeholders for local servers; not redacted
 _DRAIN_TIMEOUT_S = 1.0
 _MAX_ERROR_BODY = 65536
-
-
-class Secret:
-    """An API key: ``reveal()`` gives it; its repr and str never do."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The key itself (only for the request header)."""
-        return self._value
-
-    def redact(self, text: str) -> str:
-        """``text`` with every occurrence of the key replaced by ``***``."""
-        if len(self._value) >= _MIN_SECRET_LEN and self._value in text:
-            return text.replace(self._value, "***")
-        return text
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
 
 
 def checked_secret(
