@@ -7,6 +7,7 @@ tests/provider_fixtures/ (each file names its published source).
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from conftest import free_port
 
 from lousho_sync.errors import AbortedError, ConfigError, ProviderError, RateLimitedError
 from lousho_sync.messages import Message
@@ -41,6 +43,7 @@ from lousho_sync.signal import AbortController, Signal
 from tests._http_server import (
     FIXTURES,
     FakeServer,
+    Recorded,
     Reply,
     fixture_reply,
     sse_reply,
@@ -592,3 +595,77 @@ def test_key_echoed_in_an_answer_is_redacted(
         _assert_no_key(events, events[-1].response.message.text)
     for record in caplog.records:
         _assert_no_key(record.getMessage(), record.args)
+
+
+def _reachable(root: object, limit: int = 5000) -> list[object]:
+    """Every object reachable from ``root`` through exception links, args, attributes,
+    slots, mappings and sequences (what a logger, a debugger or Sentry may show)."""
+    seen: set[int] = set()
+    out: list[object] = []
+    todo = [root]
+    while todo and len(out) < limit:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (int, float, bool, type(None), type)):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        if isinstance(obj, (str, bytes)):
+            continue
+        if isinstance(obj, BaseException):
+            todo += [obj.__cause__, obj.__context__, *obj.args]
+        if isinstance(obj, dict):
+            todo += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo += list(obj)
+        elif hasattr(obj, "items") and callable(obj.items):
+            try:
+                todo += [v for kv in obj.items() for v in kv]
+            except Exception:
+                pass
+        if hasattr(obj, "__dict__") and not callable(obj):
+            todo += list(vars(obj).values())
+        for name in getattr(type(obj), "__slots__", ()):
+            todo.append(getattr(obj, name, None))
+    return out
+
+
+def _assert_key_unreachable(err: BaseException) -> None:
+    for obj in _reachable(err):
+        if isinstance(obj, bytes):
+            assert KEY.encode() not in obj, f"key in bytes reachable from {err!r}"
+        elif isinstance(obj, str):
+            assert KEY not in obj, f"key in a str reachable from {err!r}: {obj[:80]!r}"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_a_non_json_body_echoing_the_key_leaves_it_nowhere_in_the_error(
+    api: Api, server: FakeServer, providers: list[Any], stream: bool
+) -> None:
+    # a 200 answer that is not JSON and echoes the request's headers (a broken proxy)
+    def echo(rec: Recorded) -> Reply:
+        body = ("not json " + json.dumps(rec.headers)).encode()
+        return Reply(200, {"Content-Type": "application/json"}, body)
+
+    server.default = echo
+    provider = make(api, server, providers, max_retries=0)
+    with pytest.raises(ProviderError) as info:
+        if stream:
+            list(provider.stream(request(), signal=signal()))
+        else:
+            provider.complete(request(), signal=signal())
+    assert "invalid JSON" in str(info.value)
+    assert info.value.__cause__ is not None  # still chained, for debugging
+    _assert_key_unreachable(info.value)
+
+
+def test_a_refused_connection_leaves_the_key_nowhere_in_the_error(
+    api: Api, providers: list[Any]
+) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}" + ("/v1" if api.name == "openai" else "")
+    provider = api.cls("test-model", api_key=KEY, base_url=base, max_retries=0)
+    providers.append(provider)
+    with pytest.raises(ProviderError) as info:
+        provider.complete(request(), signal=signal())
+    assert info.value.retryable
+    _assert_key_unreachable(info.value)

@@ -312,7 +312,11 @@ class Body:
             while data := read1(65536, decode_content=True):
                 yield data
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
-            raise self._client.transport_error(exc, self._resp.url, reading=True) from exc
+            broken: BaseException = exc
+        else:
+            return
+        # raised outside the except block: nothing of the original is chained or kept
+        raise self._client.transport_error(broken, self._resp.url, reading=True)
 
     def sse(self) -> Iterator[SseEvent]:
         """The body as server-sent events."""
@@ -327,13 +331,15 @@ class Body:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            name = self._client.provider
-            raise ProviderError(
-                f"{name}: the server sent invalid JSON ({exc.msg} at char {exc.pos}): "
-                f"{self._client.secret.redact(text[:200])!r}",
-                error_type="invalid_response",
-                provider=name,
-            ) from exc
+            bad = exc  # its .doc is the whole body, which may echo the key
+        name, secret = self._client.provider, self._client.secret
+        err = ProviderError(
+            f"{name}: the server sent invalid JSON ({bad.msg} at char {bad.pos}): "
+            f"{secret.redact(text[:200])!r}",
+            error_type="invalid_response",
+            provider=name,
+        )
+        raise err from secret.stand_in(bad)
 
     def drain(self) -> None:
         """Read the rest of a finished stream briefly, so the connection can be reused."""
@@ -488,6 +494,9 @@ class HttpClient:
         session = self._session()
         _log.debug("%s: POST %s", self.provider, safe_url(url))
         _tls.tracker = tracker
+        # requests' exceptions hold the prepared request, auth header included: they are
+        # turned into errors that chain only a stand-in, raised outside the except block
+        failed: requests.exceptions.RequestException
         try:
             resp = session.post(
                 url,
@@ -498,24 +507,32 @@ class HttpClient:
                 stream=True,
                 allow_redirects=False,
             )
-        except (
-            requests.exceptions.InvalidURL,
-            requests.exceptions.MissingSchema,
-            requests.exceptions.InvalidSchema,
-        ) as exc:
-            raise ConfigError(
-                f"{self.provider}: bad base_url, cannot POST to {safe_url(url)!r}: "
-                f"{self.secret.redact(str(exc))}"
-            ) from exc
         except requests.exceptions.RequestException as exc:
-            raise self.transport_error(exc, url, reading=False) from exc
+            failed = exc
+        else:
+            tracker.set_response(resp)
+            return resp
         finally:
             _tls.tracker = None
-        tracker.set_response(resp)
-        return resp
+        if isinstance(
+            failed,
+            (
+                requests.exceptions.InvalidURL,
+                requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidSchema,
+            ),
+        ):
+            raise ConfigError(
+                f"{self.provider}: bad base_url, cannot POST to {safe_url(url)!r}: "
+                f"{self.secret.redact(str(failed))}"
+            ) from self.secret.stand_in(failed)
+        raise self.transport_error(failed, url, reading=False)
 
     def transport_error(self, exc: BaseException, url: str, *, reading: bool) -> ProviderError:
-        """A :class:`ProviderError` for a timeout, refused connection or broken stream."""
+        """A :class:`ProviderError` for a timeout, refused connection or broken stream.
+
+        It chains only a text stand-in of ``exc``: raise it outside the ``except`` block.
+        """
         where = safe_url(url)
         retryable = not isinstance(exc, requests.exceptions.SSLError)
         error_type = "timeout"
@@ -533,12 +550,14 @@ class HttpClient:
             error_type = "connection_error"
             what = f"could not reach {where}"
         detail = self.secret.redact(str(exc))
-        return ProviderError(
+        err = ProviderError(
             f"{self.provider}: {what}: {detail}",
             error_type=error_type,
             retryable=retryable,
             provider=self.provider,
         )
+        err.__cause__ = self.secret.stand_in(exc)
+        return err
 
     def _status_failure(self, resp: requests.Response) -> ProviderError:
         status = resp.status_code

@@ -5,7 +5,7 @@ A leaf below both the HTTP client and the response builder, which each redact wi
 
 from __future__ import annotations
 
-__all__ = ["Secret", "clip"]
+__all__ = ["RedactedCause", "Secret", "clip"]
 
 _MIN_SECRET_LEN = 8  # shorter "keys" are placeholders for local servers; not redacted
 
@@ -37,3 +37,17 @@ class Secret:
         return "Secret('***')"
 
     __str__ = __repr__
+
+    def stand_in(self, exc: BaseException) -> RedactedCause:
+        """A chainable stand-in for ``exc``: its type and redacted text, and no objects.
+
+        A third-party exception can carry the request (with its auth header) or the raw
+        body; a :class:`~lousho_sync.errors.ProviderError` chains this instead, raised
+        outside the ``except`` block so that ``__context__`` holds nothing either.
+        """
+        kind = type(exc)
+        return RedactedCause(f"{kind.__module__}.{kind.__qualname__}: {self.redact(str(exc))}")
+
+
+class RedactedCause(Exception):
+    """The cause of a provider error, as text only (see :meth:`Secret.stand_in`)."""
