@@ -10,7 +10,8 @@ call, up to the limit), then kept idle for reuse; measured cost: about 75 KiB of
 memory per thread (2048 threads: about 150 MiB). Calls beyond the limit wait in the pool's
 FIFO queue for a free thread. The pool is created lazily on first use.
 
-Every call runs in a copy of the caller's :mod:`contextvars` context.
+Every call runs in a copy of the caller's :mod:`contextvars` context, which also names the
+loop on which the turn's ``async def`` tools run.
 
 Cancellation. ``asyncio.CancelledError`` never reaches a worker thread, so a cancelled
 awaiting task aborts the work through its abort hook (the turn's ``run.abort("cancelled")``
@@ -41,6 +42,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
+from lousho_sync._tool_run import use_loop_for_tools
 from lousho_sync.callers import calling_as, context_for, declared_caller
 from lousho_sync.errors import ConfigError, LoopClosedError
 from lousho_sync.signal import AbortController, Signal
@@ -127,6 +129,10 @@ def _submit(fn: Callable[[], T]) -> ConcurrentFuture[T]:
     the sync core can tell a task waiting behind its own unread stream)."""
     caller = task_caller()
     context = context_for(caller) if caller is not None else contextvars.copy_context()
+    try:
+        context.run(use_loop_for_tools, asyncio.get_running_loop())  # async def tools
+    except RuntimeError:  # no running loop: a plain thread's call
+        pass
     return _pool().submit(context.run, fn)
 
 

@@ -14,9 +14,10 @@ import logging
 from collections.abc import Generator, Sequence
 
 from . import _loop, _otel
+from ._tool_run import tool_loop
 from ._turnlog import LoggedHooks
 from .control import TurnControl
-from .errors import AbortedError, LoushoError, ProviderError
+from .errors import AbortedError, ConfigError, LoushoError, ProviderError
 from .events import InputApplied, InputQueued, RunEvent, RunStart, StepStart, TextDelta, UsageEvent
 from .limits import Counters, cost_of
 from .limits import exceeded_before_model_call as _limit_model
@@ -30,6 +31,7 @@ from .providers.base import (
 )
 from .results import ExecutionResult
 from .tool_calls import run_calls
+from .tools import async_refusal
 from .turn_state import (
     Emit,
     TurnAborted,
@@ -86,6 +88,8 @@ def _turn(
     resumed: bool,
 ) -> Generator[RunEvent, None, ExecutionResult]:
     ev = Emit(ctl, emit)
+    if cfg.async_tools and tool_loop() is None:  # before anything is paid for or written
+        raise ConfigError(async_refusal(cfg.async_tools[0]))
     if not resumed:
         save(env, state, ctl, "running")  # the turn is durable before run.start
     yield from ev(RunStart, session_id=state.session_id, input=state.input)

@@ -46,6 +46,13 @@ class TurnConfig:
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     limits: Limits | None = None
     prices: Mapping[str, Price] | None = None
+    async_tools: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(
+            lambda self: tuple(n for n, t in self.tools.items() if t.is_async), takes_self=True
+        ),
+        init=False,
+    )
+    """The ``async def`` tools, which run only where lousho_aio named an event loop."""
 
 
 @attrs.frozen(slots=True, kw_only=True)

@@ -12,11 +12,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # The floors, lowest first: a module may import only from floors strictly below its own
 # (modules on one floor are independent of each other).
 LAYERS: list[set[str]] = [
-    {"lousho_sync.errors", "lousho_sync._heartbeat", "lousho_sync.callers"},
+    {"lousho_sync.errors", "lousho_sync._heartbeat", "lousho_sync.callers",
+     "lousho_sync._schema", "lousho_sync._docstring"},
     {"lousho_sync.ids", "lousho_sync.signal", "lousho_sync.messages"},
     {"lousho_sync.records", "lousho_sync.inputs", "lousho_sync.results", "lousho_sync._loop",
      "lousho_sync.providers.base", "lousho_sync.providers._sse", "lousho_sync.stores._lease",
-     "lousho_sync.providers._secret"},
+     "lousho_sync.providers._secret", "lousho_sync._tool_run"},
     {"lousho_sync.events", "lousho_sync.codec", "lousho_sync.limits", "lousho_sync.tools",
      "lousho_sync.stores.base", "lousho_sync.providers._builder",
      "lousho_sync.stores._sqlite_driver"},
@@ -25,6 +26,7 @@ LAYERS: list[set[str]] = [
      "lousho_sync._lease_hold", "lousho_sync.stores._common", "lousho_sync.stores._sqlite_rows",
      "lousho_sync.stores.bundle"},
     {"lousho_sync._turnlog", "lousho_sync.control", "lousho_sync.stores._redis_conn",
+     "lousho_sync.providers._wire",
      "lousho_sync.stores._sqlite_db"},
     {"lousho_sync.providers.openai", "lousho_sync.providers.anthropic",
      "lousho_sync.stores.memory", "lousho_sync.stores.files", "lousho_sync.stores.sqlite",

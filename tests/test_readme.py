@@ -62,6 +62,9 @@ EXPECTED: dict[str, list[str]] = {
     "Quick start: a script": ["Hello there", "Hello!\nStreamed in pieces.\nAnd so on.\n"],
     "Reading a transcript": ["user: What is 2 + 3?\nassistant: calls add({'a': 2, 'b': 3})\n"
                              "tool: 5\nassistant: The sum is 5.\n"],
+    "Tools": ["{'type': 'integer', 'minimum': 1, 'maximum': 8, 'default': 2}\n"
+              "invalid arguments for tool 'book': argument 'guest.seats': must be <= 8, got 9\n"
+              "booked 2 seats for Ann on Friday\n"],
     "Streaming an answer over HTTP (server-sent events)": ["flask app ok"],
     "Session ids from user keys": ["ali-example-com-9d86ec2b59bb107bf110722c\n"
                                    "tenant-42-4b5d4625d71bf87fe91c295a\n"],

@@ -8,8 +8,12 @@ an ignore that is no longer needed).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
-from typing import assert_type
+from dataclasses import dataclass
+from typing import Annotated, assert_type
+
+import annotated_types as at
 
 from flask import Flask, request
 
@@ -24,6 +28,8 @@ from lousho_sync import (
     ExecutionResult,
     ListenerEvent,
     Message,
+    ScriptedProvider,
+    Step,
     OpenAIProvider,
     SessionBusyError,
     TextDelta,
@@ -36,6 +42,7 @@ from lousho_sync import (
     tool,
 )
 from lousho_sync.events import Event
+from lousho_sync.tools import Tool
 from lousho_sync.sqlite import SqliteStore
 from lousho_sync.stores.memory import MemoryCheckpointStore, MemorySessionStore
 
@@ -170,3 +177,36 @@ def records_cross_processes(result: ExecutionResult, message: Message) -> None:
     assert_type(message_from_dict(message_to_dict(message)), Message)
     by_message = {message: result}  # frozen records are hashable
     print(by_message, hash(message.tool_calls))
+
+
+@dataclass
+class Guest:
+    name: str
+    seats: Annotated[int, at.Ge(1), at.Le(8)] = 2
+
+
+@tool(timeout_s=10)
+def book(day: dt.date, guest: Guest) -> str:
+    """Book a table."""
+    return f"booked {guest.seats} seats for {guest.name} on {day:%A}"
+
+
+@tool
+async def lookup(city: str) -> str:
+    """Look a city up."""
+    return city
+
+
+def tools() -> None:
+    assert_type(book, Tool)
+    assert_type(lookup, Tool)
+    model = ScriptedProvider([
+        Step(tool_calls=[("book", {"day": "2025-03-14", "guest": {"name": "Ann", "seats": 9}})]),
+        Step(tool_calls=[("book", {"day": "2025-03-14", "guest": {"name": "Ann"}})]),
+        "Booked.",
+    ])
+    result = create_agent(provider=model, tools=[book]).send("A table, please")
+    assert_type(result.messages[2].text, str)
+    aio_agent = lousho_aio.create_agent(provider=ScriptedProvider(default="ok"), tools=[lookup])
+    assert_type(aio_agent, lousho_aio.AsyncAgent)
+

@@ -16,9 +16,9 @@ from typing import Any
 
 from ..errors import ProviderError
 from ..messages import FilePart, ImagePart, Message, Part, TextPart
-from ..signal import Signal
-from ._http import Body, HeaderAuth, HttpClient, ResponseBuilder, checked_secret, safe_url
-from .base import ModelDone, ModelEvent, ModelRequest, ModelResponse
+from ._http import Body, ResponseBuilder
+from ._wire import HttpProvider
+from .base import ModelDone, ModelEvent, ModelRequest
 
 __all__ = ["AnthropicProvider"]
 
@@ -40,7 +40,7 @@ _RETRYABLE_TYPES = frozenset(("overloaded_error", "api_error", "rate_limit_error
 _USAGE_INPUT = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     """A Claude model behind the Anthropic Messages API.
 
     ``api_key`` defaults to ``ANTHROPIC_API_KEY``; ``base_url`` is the host (default
@@ -49,6 +49,9 @@ class AnthropicProvider:
     settings, else 4096. Input tokens in ``Usage`` include cache reads and writes.
     Same keywords and thread safety as :class:`~lousho_sync.OpenAIProvider`.
     """
+
+    NAME = _NAME
+    HEADERS = {"anthropic-version": API_VERSION}
 
     def __init__(
         self,
@@ -61,64 +64,19 @@ class AnthropicProvider:
         max_retries: int = 2,
         backoff_s: float = 0.5,
     ) -> None:
-        secret = checked_secret("AnthropicProvider", model, api_key, "ANTHROPIC_API_KEY")
-        self.model = model
-        self.max_retries = max_retries
-        """Retries of one call (a stream broken mid-way is made again within them)."""
         base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        self.base_url = base.removesuffix("/v1")  # tolerate a base URL given with /v1
-        self._url = self.base_url + "/v1/messages"
-        self._secret = secret
-        self._http = HttpClient(
-            provider=_NAME,
-            secret=secret,
-            auth=HeaderAuth("x-api-key", secret),
+        super().__init__(
+            model,
+            api_key=api_key,
             key_env="ANTHROPIC_API_KEY",
+            auth_header="x-api-key",
+            base_url=base.removesuffix("/v1"),  # tolerate a base URL given with /v1
+            path="/v1/messages",
             timeout=timeout,
             connect_timeout=connect_timeout,
             max_retries=max_retries,
             backoff_s=backoff_s,
         )
-
-    def complete(self, request: ModelRequest, *, signal: Signal) -> ModelResponse:
-        """Answer ``request`` in one (non-streamed) response."""
-        events = self._http.post(
-            self._url,
-            self._body(request, stream=False),
-            signal=signal,
-            consume=self._whole,
-            headers={"anthropic-version": API_VERSION},
-        )
-        try:
-            for event in events:
-                if isinstance(event, ModelDone):
-                    return event.response
-        finally:
-            events.close()
-        raise ProviderError(f"{_NAME}: no response", provider=_NAME)  # pragma: no cover
-
-    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
-        """Stream the answer (``stream: true``; server-sent events)."""
-        yield from self._http.post(
-            self._url,
-            self._body(request, stream=True),
-            signal=signal,
-            consume=self._streamed,
-            headers={"anthropic-version": API_VERSION, "Accept": "text/event-stream"},
-        )
-
-    def close(self) -> None:
-        """Close pooled connections (idempotent)."""
-        self._http.close()
-
-    def __enter__(self) -> AnthropicProvider:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={safe_url(self.base_url)!r})"
 
     # --- request --------------------------------------------------------------------
 

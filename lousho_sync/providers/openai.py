@@ -16,9 +16,9 @@ from typing import Any
 
 from ..errors import ProviderError
 from ..messages import FilePart, ImagePart, Message, TextPart
-from ..signal import Signal
-from ._http import Body, HeaderAuth, HttpClient, ResponseBuilder, checked_secret, safe_url
-from .base import ModelDone, ModelEvent, ModelRequest, ModelResponse
+from ._http import Body, ResponseBuilder
+from ._wire import HttpProvider
+from .base import ModelDone, ModelEvent, ModelRequest
 
 __all__ = ["OpenAIProvider"]
 
@@ -36,7 +36,7 @@ _FINISH = {
 }
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpProvider):
     """A model behind the OpenAI Chat Completions API (or any compatible server).
 
     ``api_key`` defaults to ``OPENAI_API_KEY``; ``base_url`` (including ``/v1``) to
@@ -46,6 +46,8 @@ class OpenAIProvider:
     ``backoff_s`` seconds. Thread-safe (a ``requests.Session`` per thread); ``close()``
     releases pooled connections.
     """
+
+    NAME = _NAME
 
     def __init__(
         self,
@@ -58,63 +60,21 @@ class OpenAIProvider:
         max_retries: int = 2,
         backoff_s: float = 0.5,
     ) -> None:
-        secret = checked_secret(
-            "OpenAIProvider", model, api_key, "OPENAI_API_KEY",
-            " (a local server that needs no key accepts any placeholder, e.g. 'unused')",
-        )
-        self.model = model
-        self.max_retries = max_retries
-        """Retries of one call (a stream broken mid-way is made again within them)."""
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        self.base_url = self.base_url.rstrip("/")
-        self._url = self.base_url + "/chat/completions"
-        self._secret = secret
-        self._http = HttpClient(
-            provider=_NAME,
-            secret=secret,
-            auth=HeaderAuth("Authorization", secret, "Bearer "),
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        super().__init__(
+            model,
+            api_key=api_key,
             key_env="OPENAI_API_KEY",
+            key_hint=" (a local server that needs no key accepts any placeholder, e.g. 'unused')",
+            auth_header="Authorization",
+            auth_prefix="Bearer ",
+            base_url=base.rstrip("/"),
+            path="/chat/completions",
             timeout=timeout,
             connect_timeout=connect_timeout,
             max_retries=max_retries,
             backoff_s=backoff_s,
         )
-
-    def complete(self, request: ModelRequest, *, signal: Signal) -> ModelResponse:
-        """Answer ``request`` in one (non-streamed) response."""
-        events = self._http.post(
-            self._url, self._body(request, stream=False), signal=signal, consume=self._whole
-        )
-        try:
-            for event in events:
-                if isinstance(event, ModelDone):
-                    return event.response
-        finally:
-            events.close()
-        raise ProviderError(f"{_NAME}: no response", provider=_NAME)  # pragma: no cover
-
-    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
-        """Stream the answer (``stream: true``, usage in the last chunk)."""
-        yield from self._http.post(
-            self._url,
-            self._body(request, stream=True),
-            signal=signal,
-            consume=self._streamed,
-            headers={"Accept": "text/event-stream"},
-        )
-
-    def close(self) -> None:
-        """Close pooled connections (idempotent)."""
-        self._http.close()
-
-    def __enter__(self) -> OpenAIProvider:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(model={self.model!r}, base_url={safe_url(self.base_url)!r})"
 
     # --- request --------------------------------------------------------------------
 
