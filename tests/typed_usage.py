@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Annotated, assert_type
 
 import annotated_types as at
-
 from flask import Flask, request
 
 import lousho_aio
@@ -28,10 +27,10 @@ from lousho_sync import (
     ExecutionResult,
     ListenerEvent,
     Message,
-    ScriptedProvider,
-    Step,
     OpenAIProvider,
+    ScriptedProvider,
     SessionBusyError,
+    Step,
     TextDelta,
     ToolCall,
     create_agent,
@@ -42,9 +41,9 @@ from lousho_sync import (
     tool,
 )
 from lousho_sync.events import Event
-from lousho_sync.tools import Tool
 from lousho_sync.sqlite import SqliteStore
 from lousho_sync.stores.memory import MemoryCheckpointStore, MemorySessionStore
+from lousho_sync.tools import Tool
 
 
 @tool
