@@ -164,6 +164,10 @@ def _unstructure_usage(u: Usage) -> dict[str, Any]:
         d["output_tokens"] = u.output_tokens
     if u.cost_usd is not None:
         d["cost_usd"] = u.cost_usd
+    if u.cache_read_tokens:
+        d["cache_read_tokens"] = u.cache_read_tokens
+    if u.cache_write_tokens:
+        d["cache_write_tokens"] = u.cache_write_tokens
     return d
 
 
@@ -390,6 +394,8 @@ def _structure_usage(value: object) -> Usage:
         input_tokens=_int(d.get("input_tokens", 0), "usage 'input_tokens'"),
         output_tokens=_int(d.get("output_tokens", 0), "usage 'output_tokens'"),
         cost_usd=None if cost is None else _float(cost, "usage 'cost_usd'"),
+        cache_read_tokens=_int(d.get("cache_read_tokens", 0), "usage 'cache_read_tokens'"),
+        cache_write_tokens=_int(d.get("cache_write_tokens", 0), "usage 'cache_write_tokens'"),
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 
 from .errors import ConfigError, LoushoError, ProviderError
-from .limits import Price, cost_of
+from .limits import Price, cost_of, no_price_error, price_for
 from .messages import FilePart, ImagePart, Message, TextPart, Usage
 from .providers.base import ModelRequest, Provider, ToolSpec
 from .signal import AbortController, Signal
@@ -134,6 +134,10 @@ def summarise(
         settings,
     )
     name = type(provider).__name__
+    configured = getattr(provider, "model", None)
+    configured = configured if isinstance(configured, str) and configured else None
+    if cost_required and configured is not None and price_for(configured, prices) is None:
+        raise no_price_error(configured)  # before the summary call is paid for
     try:
         response = provider.complete(
             request, signal=signal if signal is not None else AbortController().signal
@@ -152,7 +156,7 @@ def summarise(
             "transcript was left as it was"
         )
     call_usage = cost_of(response.message.usage or Usage(), response.model, prices,
-                         required=cost_required)
+                         required=cost_required, configured=configured)
     usage = call_usage
     steps = tool_calls = 0
     for m in older:

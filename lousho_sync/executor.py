@@ -19,7 +19,7 @@ from ._turnlog import LoggedHooks
 from .control import TurnControl
 from .errors import AbortedError, ConfigError, LoushoError, ProviderError
 from .events import InputApplied, InputQueued, RunEvent, RunStart, StepStart, TextDelta, UsageEvent
-from .limits import Counters, cost_of
+from .limits import Counters, cost_of, no_price_error, price_for
 from .limits import exceeded_before_model_call as _limit_model
 from .messages import Message, Usage
 from .providers.base import (
@@ -90,6 +90,9 @@ def _turn(
     ev = Emit(ctl, emit)
     if cfg.async_tools and tool_loop() is None:  # before anything is paid for or written
         raise ConfigError(async_refusal(cfg.async_tools[0]))
+    unpriced = cfg.model is not None and price_for(cfg.model, cfg.prices) is None
+    if unpriced and cost_required(cfg, env):
+        raise no_price_error(cfg.model)  # never after a paid model call
     if not resumed:
         save(env, state, ctl, "running")  # the turn is durable before run.start
     yield from ev(RunStart, session_id=state.session_id, input=state.input)
@@ -140,7 +143,7 @@ def _steps(
             continue
         usage = cost_of(
             response.message.usage or Usage(), response.model, cfg.prices,
-            required=cost_required(cfg, env),
+            required=cost_required(cfg, env), configured=cfg.model,
         )
         message = response.message
         if message.usage is not usage:

@@ -106,13 +106,17 @@ class ToolCall:
 class Usage:
     """Tokens and cost of one or more model calls. ``a + b`` sums them.
 
-    ``cost_usd`` is None when unknown; the sum of a known and an unknown cost is the
-    known one.
+    ``input_tokens`` counts every input token; ``cache_read_tokens`` and
+    ``cache_write_tokens`` are the parts of them read from / written to the provider's
+    prompt cache (priced at their own rates). ``cost_usd`` is None when unknown; the sum of
+    a known and an unknown cost is the known one.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
@@ -127,6 +131,8 @@ class Usage:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             cost,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
 
 

@@ -53,6 +53,17 @@ class TurnConfig:
         init=False,
     )
     """The ``async def`` tools, which run only where lousho_aio named an event loop."""
+    model: str | None = attrs.field(
+        default=attrs.Factory(lambda self: configured_model(self.provider), takes_self=True),
+        init=False,
+    )
+    """The model the provider was configured with (its ``model``), for prices."""
+
+
+def configured_model(provider: object) -> str | None:
+    """``provider.model`` when it is a non-empty str (the built-in providers have one)."""
+    model = getattr(provider, "model", None)
+    return model if isinstance(model, str) and model else None
 
 
 @attrs.frozen(slots=True, kw_only=True)

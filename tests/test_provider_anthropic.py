@@ -169,7 +169,7 @@ def test_usage_counts_cache_tokens_and_later_input(
     ).replace('"usage":{"output_tokens":6}', '"usage":{"input_tokens":12,"output_tokens":6}')
     server.push(sse_reply(text))
     response = list(provider.stream(ask(), signal=signal()))[-1].response  # type: ignore[union-attr]
-    assert response.message.usage == Usage(1112, 6)
+    assert response.message.usage == Usage(1112, 6, cache_read_tokens=1000, cache_write_tokens=100)
 
 
 def test_stream_error_event(server: FakeServer, provider: AnthropicProvider) -> None:

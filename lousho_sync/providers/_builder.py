@@ -44,6 +44,8 @@ class ResponseBuilder:
         self.input_tokens = 0
         self.output_tokens = 0
         self.cost_usd: float | None = None
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
 
     def redact(self, text: str) -> str:
         """``text`` without the API key."""
@@ -89,7 +91,8 @@ class ResponseBuilder:
             mapped = "tool_calls"
         elif not calls and mapped == "tool_calls":
             mapped = "stop"
-        usage = Usage(self.input_tokens, self.output_tokens, self.cost_usd)
+        usage = Usage(self.input_tokens, self.output_tokens, self.cost_usd,
+                      self.cache_read_tokens, self.cache_write_tokens)
         metadata = {"finish_reason": raw} if raw is not None and raw not in plain else {}
         text = self._secret.redact("".join(self._text))
         message = Message(

@@ -203,6 +203,8 @@ def _apply_usage(value: object, builder: ResponseBuilder, seen: dict[str, int]) 
             seen[key] = usage[key]
     builder.input_tokens = sum(seen.get(k, 0) for k in _USAGE_INPUT)
     builder.output_tokens = seen.get("output_tokens", 0)
+    builder.cache_read_tokens = seen.get("cache_read_input_tokens", 0)
+    builder.cache_write_tokens = seen.get("cache_creation_input_tokens", 0)
 
 
 def _check(data: object, builder: ResponseBuilder) -> dict[str, Any]:

@@ -245,6 +245,8 @@ def _apply_usage(data: dict[str, Any], builder: ResponseBuilder) -> None:
     if usage:
         builder.input_tokens = int(usage.get("prompt_tokens") or 0)
         builder.output_tokens = int(usage.get("completion_tokens") or 0)
+        cached = _obj(usage.get("prompt_tokens_details")).get("cached_tokens")
+        builder.cache_read_tokens = cached if isinstance(cached, int) and cached > 0 else 0
         cost = usage.get("cost")  # OpenRouter reports the cost in USD
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             builder.cost_usd = float(cost)
