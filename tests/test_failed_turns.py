@@ -6,6 +6,7 @@ saw it is made again."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,3 +224,58 @@ def test_the_call_is_made_again_only_within_the_providers_retry_budget(
             session.send("Hello!")
     assert failed.value.retryable and failed.value.pending is False
     assert len(server.requests) == 1 and session.messages == ()
+
+
+def test_a_chaos_soak_stores_each_successful_question_once(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """150 turns on a SQLite session against a server that answers 30% of requests with
+    429/500/503 and cuts 16% of streams after their first chunk (seeded): every question
+    whose send() returned is stored exactly once, no failed one is stored later, and
+    nothing is left pending."""
+    import json
+    import random
+
+    from _http_server import Recorded, Reply, json_reply
+
+    seed = int(os.environ.get("LOUSHO_SOAK_SEED") or random.randrange(2**32))
+    print(f"chaos soak seed {seed} (LOUSHO_SOAK_SEED={seed} replays)")
+    rng = random.Random(seed)
+    full = _events("openai_text_stream.sse")
+
+    def chaos(rec: Recorded) -> Reply:
+        roll = rng.random()
+        if roll < 0.30:
+            status = rng.choice((429, 500, 503))
+            return json_reply({"error": {"message": "chaos", "type": "server_error"}}, status)
+        if roll < 0.46:
+            return sse_reply("\n\n".join(full[:2]) + "\n\n", cut=True)
+        question = rec.json()["messages"][-1]["content"]
+        body = ("\n\n".join(full).replace('"content":"Hello"', '"content":' + json.dumps(
+            f"re: {question}")).replace('"content":" there"', '"content":""').replace(
+            '"content":", how may I assist you today?"', '"content":""'))
+        return sse_reply(body + "\n\n")
+
+    server.default = chaos
+    ok: list[str] = []
+    failed = 0
+    with SqliteStore(tmp_path / "soak.db") as store, OpenAIProvider(
+        "gpt-4o-mini", api_key=KEY, base_url=server.url + "/v1", backoff_s=0.0005,
+        max_retries=2,
+    ) as provider:
+        session = create_agent(provider=provider, store=store).session(id="soak")
+        for i in range(150):
+            question = f"q{i}"
+            try:
+                result = session.send(question)
+            except ProviderError as exc:
+                assert exc.pending is False  # one model call, no progress: nothing kept
+                failed += 1
+                continue
+            assert result.text == f"re: {question}" and result.resumed is None
+            ok.append(question)
+        assert session.pending() is None
+        stored = [m.text for m in session.load() if m.role == "user"]
+    assert stored == ok  # each successful question once, in order; no failed one
+    assert ok, f"seed {seed}: nothing succeeded"
+    print(f"chaos soak: {len(ok)} succeeded, {failed} raised, {len(stored)} stored")
