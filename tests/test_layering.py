@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync.records", "lousho_sync.inputs", "lousho_sync.results", "lousho_sync._loop",
      "lousho_sync._message_form",
      "lousho_sync.providers.base", "lousho_sync.providers._sse", "lousho_sync.stores._lease",
-     "lousho_sync.providers._secret", "lousho_sync._tool_run"},
+     "lousho_sync.providers._secret", "lousho_sync._tool_run", "lousho_sync.providers._conn"},
     {"lousho_sync.events", "lousho_sync.codec", "lousho_sync.limits", "lousho_sync.tools",
      "lousho_sync.stores.base", "lousho_sync.providers._builder",
      "lousho_sync.stores._sqlite_driver"},

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import random
-import socket
 import threading
 import time
 import weakref
@@ -36,13 +35,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ..errors import AbortedError, ConfigError, ProviderError, RateLimitedError
 from ..signal import Signal
 from ._builder import ResponseBuilder
+from ._conn import SessionHolder, Tracker, track
 from ._secret import Secret, clip
 from ._sse import SseEvent, iter_sse
 
@@ -131,147 +128,6 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-# --- Connection tracking (for abort) -------------------------------------------------
-
-_tls = threading.local()
-
-
-class _Tracker:
-    """The connection and response of one attempt, so an abort can cut them.
-
-    Thread-safe: ``_lock`` guards every field; ``abort()`` runs in the aborting thread.
-    """
-
-    __slots__ = ("_aborted", "_conn", "_done", "_lock", "_resp")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._conn: HTTPConnection | None = None
-        self._resp: requests.Response | None = None
-        self._aborted = False
-        self._done = False
-
-    @property
-    def sock(self) -> socket.socket | None:
-        with self._lock:
-            conn = self._conn
-        return getattr(conn, "sock", None) if conn is not None else None
-
-    def attach(self, conn: HTTPConnection) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._conn = conn
-            if self._aborted:
-                _shutdown(conn)
-
-    def set_response(self, resp: requests.Response) -> None:
-        with self._lock:
-            self._resp = resp
-            aborted = self._aborted and not self._done
-        if aborted:
-            resp.close()
-
-    def abort(self) -> None:
-        with self._lock:
-            self._aborted = True
-            if self._done:
-                return
-            if self._conn is not None and _shutdown(self._conn):
-                return
-            resp = self._resp
-        if resp is not None:  # no socket known (e.g. a SOCKS proxy): close the response
-            resp.close()
-
-    def detach(self) -> None:
-        with self._lock:
-            self._done = True
-            self._conn = None
-            self._resp = None
-
-
-def _shutdown(conn: HTTPConnection) -> bool:
-    sock = getattr(conn, "sock", None)
-    if sock is None:
-        return False
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    return True
-
-
-def _note(conn: HTTPConnection) -> None:
-    tracker: _Tracker | None = getattr(_tls, "tracker", None)
-    if tracker is not None:
-        tracker.attach(conn)
-
-
-class _HTTPConnection(HTTPConnection):
-    def connect(self) -> None:
-        super().connect()
-        _note(self)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _note(self)
-        super().request(*args, **kwargs)
-
-
-class _HTTPSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _note(self)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _note(self)
-        super().request(*args, **kwargs)
-
-
-class _HTTPPool(HTTPConnectionPool):
-    ConnectionCls = _HTTPConnection
-
-
-class _HTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _HTTPSConnection
-
-
-_POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _HTTPPool, "https": _HTTPSPool}
-
-
-class _Adapter(HTTPAdapter):
-    """An adapter whose connections report themselves to the current attempt."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOLS
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        if not proxy.lower().startswith("socks"):
-            manager.pool_classes_by_scheme = _POOLS
-        return manager
-
-
-class _SessionHolder:
-    """One thread's Session; closed when the thread (or the client) lets go of it."""
-
-    __slots__ = ("__weakref__", "session")
-
-    def __init__(self) -> None:
-        session = requests.Session()
-        adapter = _Adapter(pool_connections=4, pool_maxsize=4, max_retries=0)
-        session.mount("https://", adapter)
-        session.mount("http://", adapter)
-        session.headers["User-Agent"] = "lousho-python"
-        self.session = session
-
-    def __del__(self) -> None:
-        try:
-            self.session.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
-
-
 # --- Response bodies ----------------------------------------------------------------
 
 
@@ -281,7 +137,7 @@ class Body:
     Transport failures while reading become retryable :class:`ProviderError`.
     """
 
-    def __init__(self, resp: requests.Response, tracker: _Tracker, client: HttpClient) -> None:
+    def __init__(self, resp: requests.Response, tracker: Tracker, client: HttpClient) -> None:
         self._resp = resp
         self._tracker = tracker
         self._client = client
@@ -401,12 +257,12 @@ class HttpClient:
         self.max_retry_after_s = max_retry_after_s
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._holders: weakref.WeakSet[_SessionHolder] = weakref.WeakSet()
+        self._holders: weakref.WeakSet[SessionHolder] = weakref.WeakSet()
 
     def _session(self) -> requests.Session:
-        holder: _SessionHolder | None = getattr(self._local, "holder", None)
+        holder: SessionHolder | None = getattr(self._local, "holder", None)
         if holder is None:
-            holder = _SessionHolder()
+            holder = SessionHolder()
             self._local.holder = holder
             with self._lock:
                 self._holders.add(holder)
@@ -441,7 +297,7 @@ class HttpClient:
             delivered = False
             failure: ProviderError | None = None
             wait_s: float | None = None
-            tracker = _Tracker()
+            tracker = Tracker()
             remove = signal.add_callback(tracker.abort)
             try:
                 resp = self._send(url, payload, all_headers, tracker)
@@ -489,11 +345,11 @@ class HttpClient:
             attempt += 1
 
     def _send(
-        self, url: str, payload: bytes, headers: Mapping[str, str], tracker: _Tracker
+        self, url: str, payload: bytes, headers: Mapping[str, str], tracker: Tracker
     ) -> requests.Response:
         session = self._session()
         _log.debug("%s: POST %s", self.provider, safe_url(url))
-        _tls.tracker = tracker
+        track(tracker)
         # requests' exceptions hold the prepared request, auth header included: they are
         # turned into errors that chain only a stand-in, raised outside the except block
         failed: requests.exceptions.RequestException
@@ -513,7 +369,7 @@ class HttpClient:
             tracker.set_response(resp)
             return resp
         finally:
-            _tls.tracker = None
+            track(None)
         if isinstance(
             failed,
             (
