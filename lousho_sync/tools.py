@@ -32,16 +32,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, ov
 import attrs
 
 from ._docstring import parse_doc
-from ._schema import (
-    Invalid,
-    Node,
-    Obj,
-    Unsupported,
-    dump_default,
-    from_hint,
-    from_schema,
-    type_name,
-)
+from ._hints import dump_default, from_hint
+from ._schema import Invalid, Node, Obj, Unsupported, from_schema, type_name
 from ._tool_run import call_async, call_sync, tool_loop
 from .errors import ConfigError, LoushoWarning, PropagatingToolError
 from .messages import ToolCall
