@@ -60,11 +60,16 @@ class _Job:
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        """Run the call; the worker counts itself idle *before* waking the caller, so the
+        caller's next call reuses this thread instead of starting another."""
+        global _idle
         try:
             self.value = self.context.run(self.fn, **self.kwargs)
         except BaseException as exc:  # handed to the turn's thread as it is
             self.error = exc
         self.finished = True
+        with _lock:
+            _idle += 1
         self.done.set()
 
 
@@ -95,10 +100,8 @@ def _work() -> None:
                     _idle -= 1
                     return
             continue  # a job is on its way to it
-        job.run()
+        job.run()  # counts this worker idle again when done
         del job
-        with _lock:
-            _idle += 1
 
 
 def _after_fork() -> None:

@@ -90,8 +90,9 @@ def _turn(
     ev = Emit(ctl, emit)
     if cfg.async_tools and tool_loop() is None:  # before anything is paid for or written
         raise ConfigError(async_refusal(cfg.async_tools[0]))
-    unpriced = cfg.model is not None and price_for(cfg.model, cfg.prices) is None
-    if unpriced and cost_required(cfg, env):
+    if cfg.model is not None and cost_required(cfg, env) and (
+        price_for(cfg.model, cfg.prices) is None
+    ):
         raise no_price_error(cfg.model)  # never after a paid model call
     if not resumed:
         save(env, state, ctl, "running")  # the turn is durable before run.start
