@@ -147,21 +147,26 @@ def postgres_url() -> str:
     return url
 
 
-def drop_schema(url: str, schema: str) -> None:
-    """Drop the PostgreSQL schema ``schema`` and everything in it."""
+def drop_schemas(url: str, schema: str) -> None:
+    """Drop the PostgreSQL schema ``schema`` and those named ``<schema>_…``, with all in them."""
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        names = [r[0] for r in conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
+            (schema, schema + "_")).fetchall()]
+        for name in names:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture
 def postgres_schema(postgres_url: str) -> Iterator[str]:
-    """A PostgreSQL schema name of this test's own; dropped afterwards."""
+    """A PostgreSQL schema name of this test's own; dropped afterwards (with the schemas
+    named ``<it>_…`` that child processes derive from it)."""
     name = f"lousho_test_{uuid.uuid4().hex[:12]}"
     yield name
-    drop_schema(postgres_url, name)
+    drop_schemas(postgres_url, name)
 
 
 STORE_KINDS = ["files", "sqlite", "redis", "postgres"]
