@@ -120,7 +120,56 @@ def _wait_for_ready(fd: int) -> None:
         log += chunk
 
 
-STORE_KINDS = ["files", "sqlite", "redis"]
+# --- a PostgreSQL server for the PostgresStore tests ------------------------------------------
+
+
+def _no_postgres(reason: str) -> NoReturn:
+    """Skip (fail when ``CI`` is set: CI must run the PostgreSQL tests)."""
+    if IN_CI:
+        pytest.fail(f"CI is set but the PostgreSQL tests cannot run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """``LOUSHO_TEST_POSTGRES_URL`` (``.ci/run`` starts a throwaway server and sets it).
+    Without it (or without psycopg) the PostgreSQL tests are skipped with the reason, unless
+    ``CI`` is set: then they fail."""
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        _no_postgres(f"psycopg is not installed ({exc}): pip install 'lousho[postgres]'")
+    url = os.environ.get("LOUSHO_TEST_POSTGRES_URL")
+    if not url:
+        _no_postgres("LOUSHO_TEST_POSTGRES_URL is not set (point it at a PostgreSQL server "
+                     "you may create schemas in; .ci/run starts one)")
+    return url
+
+
+def drop_schemas(url: str, schema: str) -> None:
+    """Drop the PostgreSQL schema ``schema`` and those named ``<schema>_…``, with all in them."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname = %s OR starts_with(nspname, %s)",
+            (schema, schema + "_")).fetchall()]
+        for name in names:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL schema name of this test's own; dropped afterwards (with the schemas
+    named ``<it>_…`` that child processes derive from it)."""
+    name = f"lousho_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    drop_schemas(postgres_url, name)
+
+
+STORE_KINDS = ["files", "sqlite", "redis", "postgres"]
 """The durable stores the crash and multi-process tests run on (``tests/crash_child.py``)."""
 
 
@@ -133,6 +182,10 @@ def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     value = str(request.param)
     if value == "redis":
         monkeypatch.setenv("LOUSHO_TEST_REDIS_URL", request.getfixturevalue("redis_url"))
+    if value == "postgres":
+        monkeypatch.setenv("LOUSHO_TEST_POSTGRES_URL", request.getfixturevalue("postgres_url"))
+        monkeypatch.setenv("LOUSHO_TEST_POSTGRES_SCHEMA",
+                           request.getfixturevalue("postgres_schema"))
     return value
 
 

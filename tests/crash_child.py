@@ -106,6 +106,14 @@ def make_store(kind: str, root: Path) -> Any:
         from lousho_sync.sqlite import SqliteStore
 
         return SqliteStore(root / "agent.db")
+    if kind == "postgres":  # a schema of the test's own, one per root (the fixture drops them)
+        import hashlib
+
+        from lousho_sync.postgres import PostgresStore
+
+        tag = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:8]
+        return PostgresStore(os.environ["LOUSHO_TEST_POSTGRES_URL"],
+                             schema=f"{os.environ['LOUSHO_TEST_POSTGRES_SCHEMA']}_{tag}")
     from lousho_sync.stores.files import (
         FileSessionStore,
         FileStorage,

@@ -3,7 +3,8 @@
 
     python tests/storm_worker.py KIND LOCATION WORKER SEED [TTL]
 
-KIND is ``files``, ``sqlite`` or ``redis`` (LOCATION a directory, or ``<url>|<prefix>``).
+KIND is ``files``, ``sqlite``, ``redis`` or ``postgres`` (LOCATION a directory, or
+``<url>|<prefix>`` / ``<url>|<schema>``).
 The worker first resumes every session (a restarted worker finishes what its predecessor
 left), then sends turns forever. It appends to ``<log dir>/effects-<WORKER>.log``:
 ``sent UID`` before a send, ``returned UID`` after it returned, and the tools write
@@ -55,6 +56,11 @@ def make_store(kind: str, location: str) -> Any:
 
         url, _, prefix = location.partition("|")
         return RedisStore(url, prefix=prefix)
+    if kind == "postgres":
+        from lousho_sync.postgres import PostgresStore
+
+        url, _, schema = location.partition("|")
+        return PostgresStore(url, schema=schema)
     if kind == "sqlite":
         from lousho_sync.sqlite import SqliteStore
 

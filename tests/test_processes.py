@@ -130,3 +130,31 @@ def test_an_approval_paused_in_one_process_is_resolved_in_another(
     assert [m.role for m in session.messages] == ["user", "assistant", "tool", "assistant"]
     assert session.messages[2].text == "sent 5.0 to Bo"
     assert session.pending() is None
+
+
+@pytest.mark.parametrize("kind", ["postgres"], indirect=True)
+def test_4_processes_x_50_turns_on_one_postgres_session(kind: str, tmp_path: Path) -> None:
+    children = [Child("turns", kind, tmp_path, "shared", f"p{i}", "50") for i in range(4)]
+    for c in children:
+        c.send_line()
+    assert [c.result() for c in children] == [{"ok": 50}] * 4
+    agent = create_agent(provider=ScriptedProvider(default=echo), store=make_store(kind, tmp_path))
+    _check_transcript(agent.session(id="shared").messages, {f"p{i}": 50 for i in range(4)})
+
+
+@pytest.mark.parametrize("kind", ["postgres"], indirect=True)
+def test_8_processes_race_to_resolve_one_approval(kind: str, tmp_path: Path) -> None:
+    pauser = Child("pause", kind, tmp_path, "acct-1")
+    pauser.send_line()
+    paused = pauser.result()
+    assert paused["finish"] == "awaiting-approval"
+    racers = [Child("resolve", kind, tmp_path, paused["approval_id"]) for _ in range(8)]
+    for r in racers:
+        r.send_line()
+    outcomes = [r.result() for r in racers]
+    assert sorted(o["won"] for o in outcomes) == [False] * 7 + [True]
+    agent = create_agent(provider=ScriptedProvider(default="x"), store=make_store(kind, tmp_path))
+    session = agent.session(id="acct-1")
+    assert [m.role for m in session.messages] == ["user", "assistant", "tool", "assistant"]
+    assert session.messages[2].text == "sent 5.0 to Bo"
+    assert session.pending() is None

@@ -20,12 +20,15 @@ TTL_S = 1.0  # short, so the takeover waits about a second (no test waits for a 
 
 
 @pytest.mark.parametrize("tool", ["plain", "pay"])
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
 def test_a_stopped_holder_past_its_lease_cannot_commit_after_the_new_owner(
     kind: str, tool: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if kind == "redis":
         location = f"{request.getfixturevalue('redis_url')}|lousho-split:{uuid.uuid4().hex[:12]}:"
+    elif kind == "postgres":
+        location = (f"{request.getfixturevalue('postgres_url')}|"
+                    f"{request.getfixturevalue('postgres_schema')}")
     else:
         location = str(tmp_path)
     child = subprocess.Popen(

@@ -290,7 +290,53 @@ class RedisKit(Kit):
         self.raw.zincrby(self.prefix + index, -seconds, id)
 
 
-@pytest.fixture(params=["memory", "files", "sqlite", "redis"])
+class PostgresKit(Kit):
+    name, location_attr = "postgres", "address"
+
+    def __init__(self, url: str, schema: str) -> None:
+        self.url, self.schema = url, schema
+        self.location = url  # the test URLs carry no password: the address is the URL
+
+    def child_argv(self) -> list[str]:
+        return ["postgres", self.url, self.schema]
+
+    def open(self) -> Any:
+        from lousho_sync.postgres import PostgresStore
+
+        return PostgresStore(self.url, schema=self.schema)
+
+    def _sql(self, text: str, *params: object) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(text.replace("{s}", f'"{self.schema}"'), params)
+
+    def damage_message(self, id: str, index: int) -> None:
+        self._sql("UPDATE {s}.messages SET json = '{not json' WHERE seq = %s AND session_key ="
+                  " (SELECT key FROM {s}.sessions WHERE id = %s)", index, id)
+
+    def checkpoint_json(self, key: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(f'SELECT json FROM "{self.schema}".checkpoints WHERE key = %s',
+                               (key,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def set_checkpoint_json(self, key: str, text: str) -> None:
+        self._sql("UPDATE {s}.checkpoints SET json = %s WHERE key = %s", text, key)
+
+    def age(self, what: str, id: str, seconds: float) -> None:
+        sql = {
+            "session": "UPDATE {s}.sessions SET updated_at = updated_at - %s WHERE id = %s",
+            "checkpoint": "UPDATE {s}.checkpoints SET updated_at = updated_at - %s WHERE key = %s",
+            "approval": "UPDATE {s}.approvals SET resolved_at = resolved_at - %s WHERE id = %s",
+        }[what]
+        self._sql(sql, seconds, id)
+
+
+@pytest.fixture(params=["memory", "files", "sqlite", "redis", "postgres"])
 def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Kit:
     if request.param == "memory":
         return MemoryKit()
@@ -298,6 +344,9 @@ def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Kit:
         return FileKit(tmp_path)
     if request.param == "sqlite":
         return SqliteKit(tmp_path / "store.db")
+    if request.param == "postgres":
+        return PostgresKit(request.getfixturevalue("postgres_url"),
+                           request.getfixturevalue("postgres_schema"))
     return RedisKit(request.getfixturevalue("redis_url"),
                     request.getfixturevalue("redis_prefix"),
                     request.getfixturevalue("redis_raw"))
@@ -991,6 +1040,9 @@ kind, where, prefix = sys.argv[1:4]
 if kind == "sqlite":
     from lousho_sync.sqlite import SqliteStore
     store = SqliteStore(where)
+elif kind == "postgres":
+    from lousho_sync.postgres import PostgresStore
+    store = PostgresStore(where, schema=prefix)
 else:
     from lousho_sync.redis import RedisStore
     store = RedisStore(where, prefix=prefix)

@@ -34,6 +34,9 @@ def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if kind == "redis":
         url = request.getfixturevalue("redis_url")
         return f"{url}|lousho-storm:{uuid.uuid4().hex[:12]}:"
+    if kind == "postgres":  # the test's own schema, dropped afterwards
+        url, schema = (request.getfixturevalue(n) for n in ("postgres_url", "postgres_schema"))
+        return f"{url}|{schema}"
     return str(tmp_path / "store")
 
 
@@ -118,7 +121,7 @@ def _check(agent: Any, logs: Path) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("kind", ["sqlite", "redis", "files"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "files", "postgres"])
 def test_kill_storm_commits_every_turn_exactly_once(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -1,0 +1,303 @@
+"""The PostgreSQL connection of :mod:`lousho_sync.stores.postgres`: the conninfo (its
+address, never the password), the connection pool, the versioned schema (created on first
+use, migrated forward under an advisory lock, a newer one refused), running statements with
+retries where they are safe, and translating psycopg errors.
+
+Schema versions (``<schema>.schema_version``): 1 the first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import (
+    ConfigError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreTooNewError,
+    StoreUnavailableError,
+)
+
+__all__ = ["SCHEMA_VERSION", "Conn", "Db"]
+
+_log = logging.getLogger("lousho_sync.stores.postgres")
+
+SCHEMA_VERSION = 1
+"""The schema this release writes (the row of ``<schema>.schema_version``)."""
+
+Conn = psycopg.Connection[Any]
+"""A connection (what ``Db.run`` hands its function), in autocommit mode."""
+
+_T = TypeVar("_T")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0)
+"""Pauses between attempts of a call whose connection was lost (about 6.5 s in all: a
+server restart)."""
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "CREATE TABLE {s}.sessions (key bigserial PRIMARY KEY, id text COLLATE \"C\" NOT NULL"
+        " UNIQUE, length integer NOT NULL, revision bigint NOT NULL, op text,"
+        " updated_at double precision NOT NULL)",
+        "CREATE TABLE {s}.messages (session_key bigint NOT NULL, seq integer NOT NULL,"
+        " json text NOT NULL, PRIMARY KEY (session_key, seq))",
+        "CREATE TABLE {s}.checkpoints (key text COLLATE \"C\" PRIMARY KEY, session_id text,"
+        " json text NOT NULL, updated_at double precision NOT NULL)",
+        "CREATE TABLE {s}.approvals (id text PRIMARY KEY, session_id text, status text NOT"
+        " NULL, reason text, json text NOT NULL, created_at double precision NOT NULL,"
+        " resolved_at double precision, op text)",
+        "CREATE INDEX ON {s}.approvals (status, created_at)",
+        "CREATE TABLE {s}.leases (session_id text PRIMARY KEY, owner text NOT NULL,"
+        " expires_at double precision NOT NULL, token bigint NOT NULL)",
+    ),
+}
+"""Statements that bring the schema from version ``n - 1`` to ``n``."""
+
+
+def _address(params: dict[str, Any]) -> str:
+    """``postgresql://[user@]host:port/dbname`` of a parsed conninfo (never the password)."""
+    host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST")
+               or "localhost")
+    port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    user = params.get("user")
+    db = params.get("dbname") or user or ""
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+class Db:
+    """The pool, the schema name, the address and the setup state. Thread-safe: ``lock``
+    guards ``pool``, ``closed`` and ``ready``."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        schema: str,
+        min_size: int,
+        max_size: int,
+        connect_timeout_s: float,
+    ) -> None:
+        if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+            raise ConfigError(
+                f"schema must be a lower-case SQL identifier (letters, digits, '_', at most 63,"
+                f" not starting with a digit), got {schema!r}"
+            )
+        if not isinstance(conninfo, str):
+            raise ConfigError(
+                f"PostgresStore needs a conninfo string, got {type(conninfo).__name__}"
+            )
+        if not (1 <= min_size <= max_size):
+            raise ConfigError(f"need 1 <= min_size <= max_size, got {min_size}, {max_size}")
+        if not connect_timeout_s > 0:
+            raise ConfigError(f"connect_timeout_s must be > 0, got {connect_timeout_s!r}")
+        params = _parse(conninfo)
+        password = params.get("password")
+        self._password = str(password) if password else None
+        params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
+        params.setdefault("application_name", "lousho")
+        self._conninfo = make_conninfo(**params)
+        self.address = _address(params)
+        self.schema = schema
+        self.where = f"in the PostgreSQL store at {self.address} (schema {schema!r})"
+        self.min_size, self.max_size = min_size, max_size
+        self.timeout = connect_timeout_s
+        self._ident = sql.Identifier(schema)
+        self._queries: dict[str, sql.Composed] = {}
+        self.lock = threading.Lock()
+        self.closed = False
+        self.ready = False
+        self.pool: ConnectionPool[Any] | None = None
+        self.pid = os.getpid()
+
+    def q(self, text: str) -> sql.Composed:
+        """``text`` with ``{s}`` replaced by the quoted schema name (cached)."""
+        query = self._queries.get(text)
+        if query is None:
+            query = sql.SQL(text).format(s=self._ident)
+            self._queries[text] = query
+        return query
+
+    # --- setup --------------------------------------------------------------------------
+    def _setup(self) -> None:
+        """Create or migrate the schema (once per store); refuse a newer one."""
+        with psycopg.connect(self._conninfo, autocommit=True) as conn:
+            if self._version(conn) == SCHEMA_VERSION:
+                return
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                             (f"lousho schema {self.schema}",))
+                conn.execute(self.q("CREATE SCHEMA IF NOT EXISTS {s}"))
+                conn.execute(self.q(
+                    "CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer NOT NULL)"))
+                version = self._version(conn)  # another process may have migrated meanwhile
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in _MIGRATIONS[target]:
+                        conn.execute(self.q(statement))
+                    _log.info("migrated the PostgreSQL store at %s (schema %s) to version %d",
+                              self.address, self.schema, target)
+                if version < SCHEMA_VERSION:
+                    conn.execute(self.q("DELETE FROM {s}.schema_version"))
+                    conn.execute(self.q("INSERT INTO {s}.schema_version VALUES (%s)"),
+                                 (SCHEMA_VERSION,))
+
+    def _version(self, conn: Conn) -> int:
+        row = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".schema_version',)
+                           ).fetchone()
+        if row is None or row[0] is None:
+            return 0
+        found = conn.execute(self.q("SELECT max(version) FROM {s}.schema_version")).fetchone()
+        version = 0 if found is None or found[0] is None else int(found[0])
+        if version > SCHEMA_VERSION:
+            raise StoreTooNewError(
+                f"the PostgreSQL store at {self.address} (schema {self.schema!r}) has schema "
+                f"version {version}, written by a newer lousho; this release reads up to "
+                f"version {SCHEMA_VERSION}: upgrade lousho",
+                address=self.address,
+            )
+        return version
+
+    def _pool(self, session_id: str | None) -> ConnectionPool[Any]:
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError(
+                    f"the PostgreSQL store at {self.address} (schema {self.schema!r}) is "
+                    "closed: open a new PostgresStore",
+                    address=self.address,
+                    session_id=session_id,
+                )
+            if self.pid != os.getpid():  # forked: never share the parent's connections
+                self.pool = None
+                self.pid = os.getpid()
+            if not self.ready:
+                self._setup()
+                self.ready = True
+            if self.pool is None:
+                self.pool = ConnectionPool(
+                    self._conninfo,
+                    min_size=self.min_size,
+                    max_size=self.max_size,
+                    kwargs={"autocommit": True},
+                    timeout=self.timeout,
+                    open=False,
+                    name=f"lousho-{self.schema}",
+                )
+                self.pool.open(wait=False)
+            return self.pool
+
+    # --- running ------------------------------------------------------------------------
+    def run(self, what: str, fn: Callable[[Conn], _T], session_id: str | None = None) -> _T:
+        """Call ``fn(conn)`` on a pooled connection; translate psycopg errors.
+
+        A call whose connection was lost (the server restarted, a network cut) is made
+        again on a new connection, for a few seconds: every ``fn`` the store passes is safe
+        to repeat (reads, idempotent writes, and writes keyed on a one-off token or the
+        expected length). Nothing of the psycopg error is chained (its ``pgconn`` holds the
+        conninfo, password included)."""
+        error: StoreError | None = None
+        for delay in (*_RETRY_DELAYS, None):
+            lost = False
+            try:
+                pool = self._pool(session_id)
+                with pool.connection() as conn:
+                    try:
+                        return fn(conn)
+                    except psycopg.Error as exc:
+                        lost = conn.broken or conn.closed or _lost(exc)
+                        raise
+            except PoolTimeout:
+                lost = True
+                error = StoreUnavailableError(
+                    f"could not {what} {self.where}: no connection within {self.timeout:g} s "
+                    "(is the server running and reachable?)",
+                    address=self.address,
+                    session_id=session_id,
+                )
+            except psycopg.Error as exc:
+                lost = lost or _lost(exc)
+                error = self.translate(exc, what, session_id)
+            if error is not None and not lost:
+                break
+            if delay is None:
+                break
+            if pool_is_set := self.pool:
+                try:
+                    pool_is_set.check()  # drop the dead idle connections
+                except Exception:  # pragma: no cover - the retry reports what matters
+                    pass
+            time.sleep(delay)
+        assert error is not None
+        raise error  # outside the except blocks: nothing chained holds the psycopg error
+
+    def translate(self, exc: psycopg.Error, what: str, session_id: str | None) -> StoreError:
+        """The lousho error for a psycopg error (never chained to it)."""
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        if self._password:
+            detail = detail.replace(self._password, "***")
+        text = f"could not {what} {self.where}: {detail}"
+        kw: dict[str, Any] = {"address": self.address, "session_id": session_id}
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return StoreUnavailableError(f"{text} (is the server running and reachable?)", **kw)
+        if isinstance(exc, psycopg.DataError):
+            return StoreCorruptError(
+                f"could not {what} {self.where}: a stored value cannot be read (it was left "
+                "as it was; the value is not shown)",
+                **kw,
+            )
+        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
+            return StoreCorruptError(
+                f"{text} (the schema's tables were changed or dropped by hand)", **kw
+            )
+        return StoreError(text, **kw)
+
+    def corrupt(self, problem: str, session_id: str | None = None) -> StoreCorruptError:
+        """A StoreCorruptError naming the address, for ``problem`` (no stored content)."""
+        return StoreCorruptError(
+            f"{problem} {self.where} (it was left as it was; stored content is not shown)",
+            address=self.address,
+            session_id=session_id,
+        )
+
+    def close(self) -> None:
+        """Close the pool (idempotent)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            pool, self.pool = self.pool, None
+        if pool is not None and self.pid == os.getpid():
+            pool.close()
+
+
+def _parse(conninfo: str) -> dict[str, Any]:
+    """The conninfo's parameters; ConfigError (quoting none of it) when it is not one."""
+    problem = ""
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        problem = "not a PostgreSQL conninfo"
+    raise ConfigError(
+        f"{problem} (use postgresql://user[:password]@host:port/dbname or "
+        "'host=... dbname=...'; the text given is not shown, it may hold a password)"
+    )
+
+
+def _lost(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the connection was lost or the server is not ready yet."""
+    return isinstance(
+        exc,
+        psycopg.errors.AdminShutdown
+        | psycopg.errors.CannotConnectNow
+        | psycopg.errors.CrashShutdown
+        | psycopg.errors.ConnectionException,
+    ) or (isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None)

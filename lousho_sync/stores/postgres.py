@@ -1,0 +1,633 @@
+"""PostgresStore: sessions, checkpoints, approvals and leases in PostgreSQL, shared by many
+processes and machines.
+
+Tables, all in the schema ``schema`` (default ``"lousho"``; several stores live side by side
+in one database under different schemas)::
+
+    schema_version (version)                    the schema this release wrote (1)
+    sessions    (key bigserial, id UNIQUE, length, revision, op, updated_at)
+    messages    (session_key, seq, json)        one row a message, PRIMARY KEY (key, seq)
+    checkpoints (key PRIMARY KEY, session_id, json, updated_at)
+    approvals   (id PRIMARY KEY, session_id, status, reason, json, created_at, resolved_at, op)
+    leases      (session_id PRIMARY KEY, owner, expires_at, token)
+
+The schema is created on first use, in one transaction under ``pg_advisory_xact_lock`` (so
+processes opening at once do not race), and migrated forward; a schema written by a newer
+release is refused (StoreTooNewError). ``revision(id)`` is ``(key, counter)``: a session
+deleted and written again gets a new key, so a revision never repeats.
+
+Writes: ``append`` and ``commit_turn`` are one transaction (conditional ``UPDATE ... WHERE
+length = expected_length``, the rows, the checkpoint delete, the lease release). Fencing:
+every acquisition of a lease adds one to ``leases.token`` (a released lease keeps its row,
+so tokens only grow); a write given ``fence=`` locks the session's lease row
+(``SELECT ... FOR UPDATE``) in its own transaction and raises LeaseLostError, writing
+nothing, when a newer token exists. ``resolve`` is one ``UPDATE ... WHERE status =
+'pending' RETURNING``, so exactly one caller wins.
+
+Lost connections: a call whose connection drops (a server restart) is made again on a new
+connection for a few seconds. That is safe for every call: reads, idempotent writes, and
+``append``/``commit_turn``/``resolve``, which carry a one-off token (``op``), so a retry of a
+write that did land sees its own token and succeeds instead of reporting a conflict. When the
+server stays away, StoreUnavailableError (the turn stays pending, as with any store error).
+
+Times (``updated_at``, lease expiry) come from the client's clock, as in SqliteStore.
+Errors name ``postgresql://user@host:port/dbname`` and the schema, never the password, and
+chain no psycopg error (whose ``pgconn`` holds the conninfo). A bad row raises
+StoreCorruptError naming the session and the message, never the stored content.
+
+Thread safety: a psycopg_pool connection pool (``min_size`` to ``max_size`` connections);
+a store used in a forked child opens its own pool there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    import psycopg  # noqa: F401
+    import psycopg_pool  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'lousho[postgres]'"
+    ) from exc
+
+from ..codec import (
+    dumps_approval,
+    dumps_checkpoint,
+    dumps_message,
+    loads_approval,
+    loads_checkpoint,
+    loads_message,
+)
+from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ..messages import Message
+from ..records import Fence
+from ..results import PruneResult
+from ._common import (
+    Closing,
+    LeaseForwarding,
+    check_fence,
+    check_length,
+    check_older_than,
+    check_owner,
+    check_ttl,
+    commit_token,
+    fence_token_of,
+    overlay,
+    resolved_at,
+    validate_session_id,
+)
+from ._lease import owner_is_dead, poll_until
+from ._postgres_db import SCHEMA_VERSION, Conn, Db
+from .base import ApprovalRecord, Checkpoint
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "PostgresApprovalStore",
+    "PostgresCheckpointStore",
+    "PostgresSessionStore",
+    "PostgresStore",
+]
+
+_log = logging.getLogger(__name__)
+
+_LOAD = (
+    "SELECT s.length, m.seq, m.json FROM {s}.sessions s LEFT JOIN {s}.messages m"
+    " ON m.session_key = s.key WHERE s.id = %s ORDER BY m.seq"
+)
+_INSERT_MESSAGES = (
+    "INSERT INTO {s}.messages (session_key, seq, json) SELECT %s, %s + t.o - 1, t.j"
+    " FROM unnest(%s::text[]) WITH ORDINALITY AS t(j, o)"
+)
+
+
+def _fence(db: Db, c: Conn, id: str, token: int) -> None:
+    """Inside the caller's transaction: lock ``id``'s lease row; LeaseLostError when a
+    token newer than ``token`` (0: no fence, no lock) was handed out."""
+    if token:
+        row = c.execute(
+            db.q("SELECT token FROM {s}.leases WHERE session_id = %s FOR UPDATE"), (id,)
+        ).fetchone()
+        check_fence(id, 0 if row is None else int(row[0]), token, db.where,
+                    address=db.address)
+
+
+def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
+    """The transcript of ``_LOAD``'s rows; StoreCorruptError naming no stored content."""
+    if not rows:
+        return None
+    length = rows[0][0]
+    problem = None
+    if rows[0][1] is None:
+        problem = f"it records {length} messages but none is stored"
+    elif len(rows) != length or any(r[1] != i for i, r in enumerate(rows)):
+        found = sum(1 for i, r in enumerate(rows) if r[1] == i)
+        problem = (f"it records {length} messages but {len(rows)} rows are stored, {found} "
+                   "of them in place (rows are missing or damaged)")
+    out: list[Message] = []
+    if problem is None:
+        for seq, text in ((r[1], r[2]) for r in rows):
+            try:
+                out.append(loads_message(text))
+            except StoreCorruptError:
+                problem = f"message {seq} is not a readable message (not JSON of a message)"
+                break
+    if problem is not None:
+        raise db.corrupt(f"session {id!r} cannot be read: {problem};", id)
+    return out
+
+
+class PostgresSessionStore:
+    """Transcripts, one row per message; ``append`` is one transaction of the turn's rows.
+
+    Also the per-session lease with fence tokens (SPEC §5), ``revision`` and ``ids``. Writes
+    take ``fence=`` (``fenced``). ``combined`` is the PostgresStore this belongs to. Thread-
+    and process-safe.
+    """
+
+    fenced = True
+
+    def __init__(self, db: Db, combined: PostgresStore) -> None:
+        self._db = db
+        self.combined = combined
+
+    def load(self, id: str) -> list[Message] | None:
+        """The stored transcript (one query), or None when the id has none."""
+        validate_session_id(id)
+        db = self._db
+        rows = db.run("load a session", lambda c: c.execute(db.q(_LOAD), (id,)).fetchall(), id)
+        return _decode(db, id, rows)
+
+    def save(self, id: str, messages: Sequence[Message], *, fence: Fence | None = None) -> None:
+        """Replace the transcript; an empty sequence deletes the session. With ``fence``,
+        LeaseLostError (nothing written) when a newer lease token exists."""
+        validate_session_id(id)
+        token = fence_token_of(fence, id)
+        texts = [dumps_message(m) for m in messages]
+        db = self._db
+
+        def write(c: Conn) -> None:
+            with c.transaction():
+                _fence(db, c, id, token)
+                if not texts:
+                    row = c.execute(db.q("SELECT key FROM {s}.sessions WHERE id = %s FOR UPDATE"),
+                                    (id,)).fetchone()
+                    if row is not None:
+                        c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"),
+                                  (row[0],))
+                        c.execute(db.q("DELETE FROM {s}.sessions WHERE key = %s"), (row[0],))
+                    return
+                row = c.execute(db.q(
+                    "INSERT INTO {s}.sessions (id, length, revision, updated_at)"
+                    " VALUES (%s, %s, 1, %s) ON CONFLICT (id) DO UPDATE SET"
+                    " length = excluded.length, revision = sessions.revision + 1, op = NULL,"
+                    " updated_at = excluded.updated_at RETURNING key"),
+                    (id, len(texts), time.time())).fetchone()
+                assert row is not None
+                c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"), (row[0],))
+                c.execute(db.q(_INSERT_MESSAGES), (row[0], 0, texts))
+
+        db.run("save a session", write, id)
+
+    def delete(self, id: str) -> None:
+        """Forget the id and its messages (no error when absent)."""
+        self.save(id, ())
+
+    def append(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        fence: Fence | None = None,
+    ) -> None:
+        """Add a turn's messages in one transaction.
+
+        Raises StoreConflictError when the stored transcript does not hold exactly
+        ``expected_length`` messages (another writer appended first), and with ``fence``
+        LeaseLostError when a newer lease token exists; nothing is written then.
+        """
+        self.combined.commit_turn(
+            id, messages, expected_length=expected_length, checkpoint_key=None, fence=fence
+        )
+
+    def check_length(self, id: str, expected: int, actual: int) -> None:
+        """StoreConflictError when ``actual`` is not ``expected`` (naming this store)."""
+        check_length(id, expected, actual, self._db.where, address=self._db.address)
+
+    def revision(self, id: str) -> object:
+        """A token that changes on every write of ``id``'s transcript; None when absent."""
+        validate_session_id(id)
+        db = self._db
+        row = db.run(
+            "read a session's revision",
+            lambda c: c.execute(db.q("SELECT key, revision FROM {s}.sessions WHERE id = %s"),
+                                (id,)).fetchone(),
+            id,
+        )
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def ids(self) -> list[str]:
+        """Stored session ids, sorted."""
+        db = self._db
+        rows = db.run("list sessions", lambda c: c.execute(
+            db.q("SELECT id FROM {s}.sessions ORDER BY id")).fetchall())
+        return [r[0] for r in rows]
+
+    # --- lease --------------------------------------------------------------------------
+    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
+        """Take the session's lease for ``ttl_s`` seconds: the new fence token (greater than
+        every token handed out before for ``id``, also when ``owner`` held it), or None
+        when not taken within ``wait_s`` seconds.
+
+        Taken when free, expired, already ``owner``'s, or held by a dead process on this
+        host; otherwise polled until ``wait_s`` seconds pass.
+        """
+        validate_session_id(id)
+        check_owner(owner)
+        check_ttl(ttl_s)
+        got: list[int] = []
+
+        def attempt() -> bool:
+            token = self._try_acquire(id, owner, ttl_s)
+            if token:
+                got.append(token)
+            return bool(token)
+
+        return got[0] if poll_until(attempt, wait_s) else None
+
+    def _try_acquire(self, id: str, owner: str, ttl_s: float) -> int:
+        db = self._db
+
+        def attempt(c: Conn) -> tuple[int, str | None]:
+            now = time.time()
+            row = c.execute(db.q(
+                "INSERT INTO {s}.leases AS l (session_id, owner, expires_at, token)"
+                " VALUES (%s, %s, %s, 1) ON CONFLICT (session_id) DO UPDATE SET"
+                " owner = excluded.owner, expires_at = excluded.expires_at, token = l.token + 1"
+                " WHERE l.owner = excluded.owner OR l.expires_at <= %s RETURNING token"),
+                (id, owner, now + ttl_s, now)).fetchone()
+            if row is not None:
+                return int(row[0]), None
+            row = c.execute(db.q("SELECT owner FROM {s}.leases WHERE session_id = %s"),
+                            (id,)).fetchone()
+            return 0, None if row is None else row[0]
+
+        token, holder = db.run("acquire a lease", attempt, id)
+        if token or holder is None or not owner_is_dead(holder):
+            return token
+
+        def take_over(c: Conn) -> int:
+            row = c.execute(db.q(
+                "UPDATE {s}.leases SET owner = %s, expires_at = %s, token = token + 1"
+                " WHERE session_id = %s AND owner = %s RETURNING token"),
+                (owner, time.time() + ttl_s, id, holder)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        token = db.run("take over a lease", take_over, id)
+        if token:
+            _log.info("session %s: took over the lease of dead owner %s", id, holder)
+        return token
+
+    def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
+        validate_session_id(id)
+        check_owner(owner)
+        check_ttl(ttl_s)
+        db = self._db
+        count = db.run("renew a lease", lambda c: c.execute(db.q(
+            "UPDATE {s}.leases SET expires_at = %s WHERE session_id = %s AND owner = %s"),
+            (time.time() + ttl_s, id, owner)).rowcount, id)
+        return count == 1
+
+    def release_lease(self, id: str, *, owner: str) -> None:
+        """Release the lease if ``owner`` holds it (otherwise do nothing); the fence token
+        stays."""
+        validate_session_id(id)
+        check_owner(owner)
+        db = self._db
+        db.run("release a lease", lambda c: c.execute(db.q(
+            "UPDATE {s}.leases SET owner = '', expires_at = 0"
+            " WHERE session_id = %s AND owner = %s"), (id, owner)), id)
+
+    def fence_token(self, id: str) -> int:
+        """The newest fence token handed out for ``id`` (0 when none)."""
+        validate_session_id(id)
+        db = self._db
+        row = db.run("read a fence token", lambda c: c.execute(
+            db.q("SELECT token FROM {s}.leases WHERE session_id = %s"), (id,)).fetchone(), id)
+        return 0 if row is None else int(row[0])
+
+
+class PostgresCheckpointStore:
+    """Checkpoints as opaque JSON by key (unknown fields round-trip); writes take
+    ``fence=`` (``fenced``). Thread-safe."""
+
+    fenced = True
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+
+    def load(self, key: str) -> Checkpoint | None:
+        """The checkpoint, or None."""
+        db = self._db
+        row = db.run("load a checkpoint", lambda c: c.execute(
+            db.q("SELECT json FROM {s}.checkpoints WHERE key = %s"), (key,)).fetchone())
+        if row is None:
+            return None
+        try:
+            return loads_checkpoint(row[0])
+        except StoreCorruptError as exc:
+            error = db.corrupt(f"checkpoint {key!r} cannot be read: {exc};")
+        raise error  # unchained: the codec's cause holds the stored text
+
+    def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
+        """Write (replace) the checkpoint. With ``fence``, LeaseLostError (nothing written)
+        when a newer lease token exists for the fence's session."""
+        token = fence_token_of(fence, checkpoint.session_id)
+        text = dumps_checkpoint(checkpoint)
+        db = self._db
+        upsert = db.q(
+            "INSERT INTO {s}.checkpoints (key, session_id, json, updated_at)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET"
+            " session_id = excluded.session_id, json = excluded.json,"
+            " updated_at = excluded.updated_at")
+        params = (key, checkpoint.session_id, text, time.time())
+
+        def write(c: Conn) -> None:
+            if not fence:
+                c.execute(upsert, params)
+                return
+            with c.transaction():
+                _fence(db, c, fence.session_id, token)
+                c.execute(upsert, params)
+
+        db.run("save a checkpoint", write, checkpoint.session_id)
+
+    def delete(self, key: str, *, fence: Fence | None = None) -> None:
+        """Delete the checkpoint (no error when absent). With ``fence``, LeaseLostError
+        (nothing deleted) when a newer lease token exists for the fence's session."""
+        token = fence_token_of(fence, None)
+        db = self._db
+        remove = db.q("DELETE FROM {s}.checkpoints WHERE key = %s")
+
+        def write(c: Conn) -> None:
+            if not fence:
+                c.execute(remove, (key,))
+                return
+            with c.transaction():
+                _fence(db, c, fence.session_id, token)
+                c.execute(remove, (key,))
+
+        db.run("delete a checkpoint", write, fence.session_id if fence else None)
+
+    def keys(self, prefix: str) -> list[str]:
+        """Keys starting with ``prefix``, sorted (an index range scan)."""
+        db = self._db
+        rows = db.run("list checkpoints", lambda c: c.execute(db.q(
+            "SELECT key FROM {s}.checkpoints WHERE key >= %s ORDER BY key"), (prefix,)
+        ).fetchall())
+        out = []
+        for (key,) in rows:
+            if not key.startswith(prefix):
+                break
+            out.append(key)
+        return out
+
+
+_APPROVAL_COLUMNS = "json, status, reason, resolved_at"
+
+
+class PostgresApprovalStore:
+    """Approval records; ``resolve`` is one conditional UPDATE, so exactly one caller across
+    threads and processes wins; ``create`` takes ``fence=`` (``fenced``). Thread-safe."""
+
+    fenced = True
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+
+    def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
+        """Store a record (replacing one with the same id). With ``fence``, LeaseLostError
+        (nothing written) when a newer lease token exists for the fence's session."""
+        token = fence_token_of(fence, record.session_id)
+        text = dumps_approval(record)
+        db = self._db
+        upsert = db.q(
+            "INSERT INTO {s}.approvals (id, session_id, status, reason, json, created_at,"
+            " resolved_at, op) VALUES (%s, %s, %s, %s, %s, %s, %s, NULL) ON CONFLICT (id)"
+            " DO UPDATE SET session_id = excluded.session_id, status = excluded.status,"
+            " reason = excluded.reason, json = excluded.json,"
+            " created_at = excluded.created_at, resolved_at = excluded.resolved_at, op = NULL")
+        params = (record.id, record.session_id, record.status, record.reason, text,
+                  record.created_at, resolved_at(record))
+
+        def write(c: Conn) -> None:
+            with c.transaction():
+                if fence:
+                    _fence(db, c, fence.session_id, token)
+                c.execute(upsert, params)
+
+        db.run("create an approval", write, record.session_id)
+
+    def get(self, id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        db = self._db
+        row = db.run("read an approval", lambda c: c.execute(db.q(
+            f"SELECT {_APPROVAL_COLUMNS} FROM {{s}}.approvals WHERE id = %s"), (id,)).fetchone())
+        return None if row is None else self._record(id, row)
+
+    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
+        """Resolve once: one caller wins; the others get ApprovalAlreadyResolvedError;
+        an unknown id raises ApprovalNotFoundError."""
+        status = "approved" if approved else "denied"
+        op = uuid.uuid4().hex  # a retry after a lost reply sees its own win
+        db = self._db
+
+        def update(c: Conn) -> tuple[Any, ...]:
+            row = c.execute(db.q(
+                "UPDATE {s}.approvals SET status = %s, reason = %s, resolved_at = %s, op = %s"
+                f" WHERE id = %s AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}"),
+                (status, reason, time.time(), op, id)).fetchone()
+            if row is not None:
+                return tuple(row)
+            found = c.execute(db.q(
+                f"SELECT {_APPROVAL_COLUMNS}, op FROM {{s}}.approvals WHERE id = %s"), (id,)
+            ).fetchone()
+            if found is None:
+                raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
+            if found[4] == op:
+                return tuple(found[:4])
+            raise ApprovalAlreadyResolvedError(
+                f"approval {id!r} was already {found[1]}", approval_id=id
+            )
+
+        return self._record(id, db.run("resolve an approval", update))
+
+    def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        """Pending records (of one session, or all), oldest first."""
+        text = f"SELECT id, {_APPROVAL_COLUMNS} FROM {{s}}.approvals WHERE status = 'pending'"
+        params: tuple[str, ...] = ()
+        if session_id is not None:
+            text += " AND session_id = %s"
+            params = (session_id,)
+        db = self._db
+        rows = db.run("list approvals", lambda c: c.execute(
+            db.q(text + " ORDER BY created_at, id"), params).fetchall())
+        return [self._record(r[0], r[1:]) for r in rows]
+
+    def _record(self, id: str, row: Sequence[Any]) -> ApprovalRecord:
+        text, status, reason, resolved = row
+        try:
+            record = loads_approval(text)
+        except StoreCorruptError as exc:
+            error = self._db.corrupt(f"approval {id!r} cannot be read: {exc};")
+            record = None
+        if record is None:
+            raise error  # unchained: the codec's cause holds the stored text
+        return overlay(record, status, reason, resolved)
+
+
+class PostgresStore(LeaseForwarding, Closing):
+    """Sessions, checkpoints, approvals and leases in a PostgreSQL database shared by many
+    processes and machines; usable directly as an agent's ``store``.
+
+    ``conninfo`` is a libpq URL (``postgresql://user:password@host:port/dbname``) or
+    ``key=value`` string; ``schema`` is the PostgreSQL schema holding the tables (created on
+    first use: a lower-case identifier); ``min_size``/``max_size`` bound the connection
+    pool; ``connect_timeout_s`` bounds a connection attempt and the wait for a pooled
+    connection. Nothing connects before the first call. ``commit_turn`` commits a finished
+    turn in one transaction; the lease methods forward to ``sessions``. Thread-safe;
+    ``close()`` is idempotent and any use after it raises StoreClosedError; a context
+    manager.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "lousho",
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self._db = Db(conninfo, schema, min_size, max_size, connect_timeout_s)
+        self.sessions = PostgresSessionStore(self._db, self)
+        self.checkpoints = PostgresCheckpointStore(self._db)
+        self.approvals = PostgresApprovalStore(self._db)
+
+    @property
+    def address(self) -> str:
+        """``postgresql://user@host:port/dbname`` (never the password)."""
+        return self._db.address
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the store's tables."""
+        return self._db.schema
+
+    def commit_turn(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        expected_length: int,
+        checkpoint_key: str | None,
+        fence: Fence | None = None,
+        release: bool = False,
+    ) -> object:
+        """:meth:`~lousho_sync.stores.base.TurnCommitter.commit_turn` in ONE transaction:
+        fence check, length check, append, checkpoint delete, lease release. Nothing is
+        written when it raises. Returns the new ``sessions.revision(id)``."""
+        token = commit_token(id, fence, release)
+        texts = [dumps_message(m) for m in messages]
+        op = uuid.uuid4().hex  # a retry after a lost reply sees its own append
+        db, sessions = self._db, self.sessions
+
+        def write(c: Conn) -> object:
+            with c.transaction():
+                _fence(db, c, id, token)
+                if texts:
+                    revision = self._append_rows(c, id, texts, expected_length, op)
+                else:
+                    row = c.execute(db.q(
+                        "SELECT key, revision, length FROM {s}.sessions WHERE id = %s"),
+                        (id,)).fetchone()
+                    sessions.check_length(id, expected_length, 0 if row is None else row[2])
+                    revision = None if row is None else (int(row[0]), int(row[1]))
+                if checkpoint_key is not None:
+                    c.execute(db.q("DELETE FROM {s}.checkpoints WHERE key = %s"),
+                              (checkpoint_key,))
+                if release:
+                    c.execute(db.q(
+                        "UPDATE {s}.leases SET owner = '', expires_at = 0"
+                        " WHERE session_id = %s AND token = %s"), (id, token))
+            return revision
+
+        return db.run("commit a turn", write, id)
+
+    def _append_rows(
+        self, c: Conn, id: str, texts: list[str], expected_length: int, op: str
+    ) -> object:
+        """Append rows inside the caller's transaction; returns the new revision token."""
+        db, n = self._db, len(texts)
+        row = c.execute(db.q(
+            "UPDATE {s}.sessions SET length = length + %s, revision = revision + 1, op = %s,"
+            " updated_at = %s WHERE id = %s AND length = %s RETURNING key, revision"),
+            (n, op, time.time(), id, expected_length)).fetchone()
+        if row is None:
+            found = c.execute(db.q(
+                "SELECT key, revision, length, op FROM {s}.sessions WHERE id = %s"), (id,)
+            ).fetchone()
+            if found is not None and found[3] == op and found[2] == expected_length + n:
+                return (int(found[0]), int(found[1]))  # this call's retry: it landed
+            if found is None and expected_length == 0:
+                row = c.execute(db.q(
+                    "INSERT INTO {s}.sessions (id, length, revision, op, updated_at)"
+                    " VALUES (%s, %s, 1, %s, %s) ON CONFLICT (id) DO NOTHING"
+                    " RETURNING key, revision"), (id, n, op, time.time())).fetchone()
+                if row is None:  # created meanwhile by another writer
+                    found = c.execute(db.q("SELECT 0, 0, length FROM {s}.sessions WHERE id = %s"),
+                                      (id,)).fetchone()
+            if row is None:
+                self.sessions.check_length(id, expected_length, 0 if found is None else found[2])
+                raise AssertionError("unreachable: the length check raises")
+        c.execute(db.q(_INSERT_MESSAGES), (row[0], expected_length, texts))
+        return (int(row[0]), int(row[1]))
+
+    def prune(self, older_than_s: float) -> PruneResult:
+        """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
+        approvals resolved that long ago; pending approvals and sessions under a live lease
+        are kept (and every session's fence token). Returns the counts."""
+        check_older_than(older_than_s)
+        db = self._db
+
+        def delete_old(c: Conn) -> PruneResult:
+            now = time.time()
+            cutoff = now - older_than_s
+            with c.transaction():
+                row = c.execute(db.q(
+                    "WITH gone AS (DELETE FROM {s}.sessions WHERE updated_at < %s AND id NOT IN"
+                    " (SELECT session_id FROM {s}.leases WHERE expires_at > %s) RETURNING key),"
+                    " m AS (DELETE FROM {s}.messages WHERE session_key IN"
+                    " (SELECT key FROM gone)) SELECT count(*) FROM gone"), (cutoff, now)
+                ).fetchone()
+                checkpoints = c.execute(db.q(
+                    "DELETE FROM {s}.checkpoints WHERE updated_at < %s"), (cutoff,)).rowcount
+                approvals = c.execute(db.q(
+                    "DELETE FROM {s}.approvals WHERE status != 'pending' AND resolved_at < %s"),
+                    (cutoff,)).rowcount
+            return PruneResult(0 if row is None else int(row[0]), checkpoints, approvals)
+
+        return db.run("prune", delete_old)
+
+    def close(self) -> None:
+        """Close the connection pool (idempotent)."""
+        self._db.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._db.address!r}, schema={self._db.schema!r})"
