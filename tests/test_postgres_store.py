@@ -274,3 +274,32 @@ def test_a_server_restart_loses_no_acknowledged_turn(
     assert len(stored) == len(set(stored)), "a turn was stored twice"
     assert [t for t in acked if t not in stored] == [], "an acknowledged turn was lost"
     store.close()
+
+
+def _lousho(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lousho_sync", *args], capture_output=True,
+                          text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+
+def test_the_cli_lists_sessions_of_a_postgres_store(
+    store: Any, postgres_url: str, postgres_schema: str
+) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    with PostgresStore(postgres_url) as default:  # the CLI uses the default schema
+        default.sessions.save(f"cli-{postgres_schema}", [user("hi")])
+        try:
+            out = _lousho("sessions", "--store", postgres_url, "list")
+            assert out.returncode == 0, out.stderr
+            assert f"cli-{postgres_schema}" in out.stdout
+        finally:
+            default.sessions.delete(f"cli-{postgres_schema}")
+
+
+def test_the_cli_reports_a_down_server_in_one_line_without_the_password() -> None:
+    port = free_port()
+    out = _lousho("sessions", "--store", f"postgresql://al:s3cr3t@127.0.0.1:{port}/db", "list")
+    assert out.returncode != 0
+    assert "s3cr3t" not in out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0], out.stderr
