@@ -4,15 +4,17 @@ surprises, and the sessions it holds (including those that hold only a pending t
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
 from .turns import session_of
 
-__all__ = ["StoreProblem", "open_store", "probe_writable", "stored_session_ids"]
+__all__ = ["StoreProblem", "open_store", "probe_writable", "shown", "stored_session_ids"]
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -21,18 +23,26 @@ class StoreProblem(Exception):
     """A store that cannot be used; the message is one line that says what to do."""
 
 
+def shown(path: str) -> str:
+    """``path`` as the command prints it: a URL's password replaced by ``***``."""
+    return re.sub(r"^([a-z]+://[^/@:]*):[^/@]*@", r"\1:***@", path)
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
 
 
 def _kind(path: str, *, create: bool) -> str:
-    """``"redis"``, ``"sqlite"`` or ``"files"`` for ``path``, or StoreProblem."""
+    """``"redis"``, ``"postgres"``, ``"sqlite"`` or ``"files"`` for ``path``, or
+    StoreProblem."""
+    if path.startswith(POSTGRES_SCHEMES):
+        return "postgres"
     if path.startswith(URL_SCHEMES):
         return "redis"
     if "://" in path:
         raise StoreProblem(f"{path!r}: unknown store URL; lousho stores are redis://, "
-                           "rediss:// or unix:// URLs, .db files and directories")
+                           "rediss://, unix:// or postgresql:// URLs, .db files and directories")
     p = Path(path)
     if p.is_dir():
         if create or (p / "sessions").is_dir() or (p / "state").is_dir():
@@ -71,6 +81,8 @@ def open_store(path: str, *, create: bool = True) -> Any:
     name → SqliteStore. With ``create=False`` nothing that does not exist yet is made.
     Anything else raises StoreProblem with a hint."""
     kind = _kind(path, create=create)
+    if kind == "postgres":
+        return _open_postgres(path)
     try:
         if kind == "redis":
             try:
@@ -94,6 +106,30 @@ def open_store(path: str, *, create: bool = True) -> Any:
         raise StoreProblem(f"cannot open the store {path!r}: {_one_line(exc)}") from exc
 
 
+def _open_postgres(url: str) -> Any:
+    """A PostgresStore on ``url``, connected now; StoreProblem naming the address only (the
+    URL may hold a password)."""
+    try:
+        from .postgres import PostgresStore
+    except ImportError:
+        raise StoreProblem("a postgresql:// store needs psycopg: "
+                           "pip install 'lousho[postgres]'") from None
+    problem = ""
+    try:
+        store = PostgresStore(url)
+    except Exception as exc:
+        store, problem = None, _one_line(exc)
+    if store is not None:
+        try:
+            store.sessions.ids()  # connects now, so a down server is reported before anything
+            return store
+        except Exception as exc:
+            problem = _one_line(exc)
+            store.close()
+    # raised outside the except blocks: nothing chained holds the URL
+    raise StoreProblem(f"cannot open the PostgreSQL store: {problem}")
+
+
 def probe_writable(store: Any, path: str, session_id: str) -> None:
     """Take and give back ``session_id``'s lease (a real write), so a read-only store is
     reported now rather than at every turn. StoreProblem when it fails."""
@@ -110,7 +146,9 @@ def probe_writable(store: Any, path: str, session_id: str) -> None:
         if taken is not None and taken is not False:
             sessions.release_lease(session_id, owner=owner)
     except Exception as exc:
-        raise StoreProblem(f"the store {path!r} cannot be written: {_one_line(exc)}") from exc
+        raise StoreProblem(
+            f"the store {shown(path)!r} cannot be written: {_one_line(exc)}"
+        ) from exc
 
 
 def stored_session_ids(store: Any) -> list[str]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._cli_store import StoreProblem, open_store, probe_writable, stored_session_ids
+from ._cli_store import StoreProblem, open_store, probe_writable, shown, stored_session_ids
 from .turns import session_prefix
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main", "open_store"]
@@ -170,7 +170,7 @@ def _chat(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         session.pending()  # reads the transcript and the checkpoints now
     except Exception as exc:
         raise StoreProblem(f"cannot read session {args.session!r} from the store "
-                           f"{args.store!r}: {exc}") from exc
+                           f"{shown(args.store)!r}: {exc}") from exc
     return chat_loop(session, stdin, out)
 
 
@@ -197,7 +197,7 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         return _prune(args, store, stdin, out)
     sid = validate_session_id(args.id)
     if sid not in stored_session_ids(store):
-        raise _Failure(f"no session {sid!r} in the store {args.store!r}")
+        raise _Failure(f"no session {sid!r} in the store {shown(args.store)!r}")
     session = agent.session(id=sid)
     if args.action == "show":
         info = _session_info(session)
@@ -226,10 +226,10 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
 def _prune(args: argparse.Namespace, store: Any, stdin: TextIO, out: TextIO) -> int:
     prune = getattr(store, "prune", None)
     if prune is None:
-        raise _Failure(f"the store at {args.store!r} has no prune()")
+        raise _Failure(f"the store at {shown(args.store)!r} has no prune()")
     if not args.yes:
         sys.stderr.write(f"delete every session, checkpoint and resolved approval not updated "
-                         f"in the last {args.older_than:g} s from {args.store}? [y/N] ")
+                         f"in the last {args.older_than:g} s from {shown(args.store)}? [y/N] ")
         sys.stderr.flush()
         answer = stdin.readline().strip().lower()
         if answer not in ("y", "yes"):

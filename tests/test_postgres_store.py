@@ -1,0 +1,305 @@
+"""PostgresStore's own behaviour (the shared behaviour is in test_store_contract.py): errors
+that never show the password, the schema version, schemas side by side, several processes
+creating the schema at once, a dropped connection, and a server restarted mid-run.
+
+Runs on the server of the ``postgres_url`` fixture (skipped with the reason when there is
+none; failing under ``CI``). The restart test restarts the server only when
+``LOUSHO_TEST_POSTGRES_CTL`` says how (``.ci/run`` sets it for the server it started)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import WAIT, approval, assistant, free_port, texts, user
+
+from lousho_sync import LoushoError, ScriptedProvider, create_agent
+from lousho_sync.errors import (
+    ConfigError,
+    StoreCorruptError,
+    StoreTooNewError,
+    StoreUnavailableError,
+)
+from lousho_sync.stores._lease import make_owner
+
+TIMEOUT = 60.0
+
+
+@pytest.fixture
+def store(postgres_url: str, postgres_schema: str) -> Iterator[Any]:
+    from lousho_sync.postgres import PostgresStore
+
+    s = PostgresStore(postgres_url, schema=postgres_schema)
+    yield s
+    s.close()
+
+
+def _sql(url: str, text: str, *params: object) -> list[Any]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(text, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _reachable(exc: BaseException) -> Iterator[object]:
+    """Every object reachable from ``exc`` through causes, contexts, args and attributes."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        yield obj
+        if isinstance(obj, BaseException):
+            todo += [obj.__cause__, obj.__context__, *obj.args, *vars(obj).values()]
+        elif isinstance(obj, list | tuple | set | frozenset):
+            todo += list(obj)
+        elif isinstance(obj, dict):
+            todo += [*obj.keys(), *obj.values()]
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+            todo += list(vars(obj).values())
+
+
+def test_an_unreachable_server_names_the_address_never_the_password() -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    port = free_port()  # closed: nothing listens there
+    store = PostgresStore(f"postgresql://alice:s3cr3t-pw@127.0.0.1:{port}/app",
+                          connect_timeout_s=1)
+    assert store.address == f"postgresql://alice@127.0.0.1:{port}/app"
+    assert "s3cr3t" not in repr(store)
+    for call in (lambda: store.sessions.load("s1"),
+                 lambda: store.approvals.resolve("a1", approved=True),
+                 lambda: store.acquire_lease("s1", owner=make_owner(), ttl_s=1, wait_s=0)):
+        with pytest.raises(StoreUnavailableError) as info:
+            call()
+        err = info.value
+        assert store.address in str(err) and err.address == store.address
+        assert err.code == "LOUSHO_STORE_UNAVAILABLE"
+        for obj in _reachable(err):
+            assert not (isinstance(obj, str) and "s3cr3t" in obj), obj
+            assert not (isinstance(obj, bytes) and b"s3cr3t" in obj), obj
+    store.close()
+
+
+def test_bad_configuration_is_refused_without_quoting_it(postgres_url: str) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    for schema in ("", "Bad-Name", "1abc", 'x"; DROP TABLE y; --', "a" * 64):
+        with pytest.raises(ConfigError):
+            PostgresStore(postgres_url, schema=schema)
+    with pytest.raises(ConfigError) as info:
+        PostgresStore("postgresql://u:s3cr3t@host:notaport:x/db?bogus==")
+    assert "s3cr3t" not in str(info.value)
+    with pytest.raises(ConfigError):
+        PostgresStore(postgres_url, min_size=3, max_size=2)
+
+
+def test_a_newer_schema_is_refused_naming_both_versions(
+    store: Any, postgres_url: str, postgres_schema: str
+) -> None:
+    from lousho_sync.postgres import SCHEMA_VERSION, PostgresStore
+
+    store.sessions.save("s1", [user("a")])
+    _sql(postgres_url, f'UPDATE "{postgres_schema}".schema_version SET version = %s',
+         SCHEMA_VERSION + 1)
+    with PostgresStore(postgres_url, schema=postgres_schema) as newer, pytest.raises(
+        StoreTooNewError
+    ) as info:
+        newer.sessions.load("s1")
+    text = str(info.value)
+    assert f"version {SCHEMA_VERSION + 1}" in text and f"version {SCHEMA_VERSION}" in text
+    assert "upgrade lousho" in text
+
+
+def test_schemas_keep_stores_apart(store: Any, postgres_url: str, postgres_schema: str) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    store.sessions.save("s1", [user("mine")])
+    with PostgresStore(postgres_url, schema=postgres_schema + "_other") as other:
+        assert other.sessions.load("s1") is None
+        other.sessions.save("s1", [user("theirs")])
+        assert texts(store.sessions.load("s1")) == ["mine"]
+        assert texts(other.sessions.load("s1")) == ["theirs"]
+
+
+OPEN_AT_ONCE = """
+import sys
+from lousho_sync.postgres import PostgresStore
+from lousho_sync.messages import Message
+url, schema, who = sys.argv[1:4]
+print("ready", flush=True)
+sys.stdin.readline()
+with PostgresStore(url, schema=schema) as store:
+    store.sessions.append(who, [Message("user", who)], expected_length=0)
+    print("ok", flush=True)
+"""
+
+
+def test_processes_creating_the_schema_at_once_do_not_race(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    from conftest import run_together
+
+    from lousho_sync.postgres import PostgresStore
+
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, postgres_url,
+                               postgres_schema, f"p{i}"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(6)]
+    outs = run_together(procs)
+    assert [o.split() for o, _ in outs] == [["ok"]] * 6  # run_together read "ready"
+    with PostgresStore(postgres_url, schema=postgres_schema) as store:
+        assert store.sessions.ids() == [f"p{i}" for i in range(6)]
+
+
+def test_a_row_that_is_not_a_message_names_no_content(
+    store: Any, postgres_url: str, postgres_schema: str
+) -> None:
+    store.sessions.save("s1", [user("a"), assistant("b")])
+    _sql(postgres_url, f'UPDATE "{postgres_schema}".messages SET json = %s WHERE seq = 1',
+         '{"role": "my private text"')
+    with pytest.raises(StoreCorruptError) as info:
+        store.sessions.load("s1")
+    assert "message 1" in str(info.value) and store.address in str(info.value)
+    for obj in _reachable(info.value):
+        assert not (isinstance(obj, str) and "my private text" in obj)
+
+
+def test_a_dropped_connection_is_replaced_and_the_call_succeeds(
+    store: Any, postgres_url: str
+) -> None:
+    """The server ends the store's connections (as a restart or a proxy would): the next
+    calls run on new connections, and none of them is applied twice."""
+    store.sessions.append("s1", [user("a")], expected_length=0)
+    store.approvals.create(approval("a1"))
+    _sql(postgres_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+         " WHERE application_name = 'lousho' AND pid <> pg_backend_pid()")
+    store.sessions.append("s1", [assistant("b")], expected_length=1)
+    assert texts(store.sessions.load("s1")) == ["a", "b"]
+    assert store.approvals.resolve("a1", approved=True).status == "approved"
+
+
+def test_a_retried_commit_or_resolve_sees_its_own_write(store: Any) -> None:
+    """A retry after a lost reply: the same one-off token finds its own write instead of a
+    conflict (or the loss of a race it won)."""
+    db = store._db
+    store.sessions.save("s1", [user("a")])
+    texts_ = ['{"role":"user","content":"b"}']
+
+    def append(c: Any) -> object:
+        with c.transaction():
+            return store._append_rows(c, "s1", texts_, 1, "op-1")
+
+    first = db.run("append", append)
+    assert db.run("append", append) == first  # the retry: no second copy, no conflict
+    assert texts(store.sessions.load("s1")) == ["a", "b"]
+
+
+# --- the server restarted mid-run ------------------------------------------------------------
+
+
+def _restart_command() -> list[str]:
+    ctl = os.environ.get("LOUSHO_TEST_POSTGRES_CTL")
+    if not ctl:
+        pytest.skip("LOUSHO_TEST_POSTGRES_CTL is not set: this test restarts the server only "
+                    "when told how (.ci/run sets it for the server it starts)")
+    command = [*shlex.split(ctl), "restart", "-m", "fast", "-w", "-t", "60"]
+    if os.geteuid() == 0:  # pg_ctl refuses root: run it as the server's owner
+        command = ["runuser", "-u", "postgres", "--", *command]
+    return command
+
+
+@pytest.mark.timeout(300)
+def test_a_server_restart_loses_no_acknowledged_turn(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    command = _restart_command()
+    store = PostgresStore(postgres_url, schema=postgres_schema)
+    agent = create_agent(provider=ScriptedProvider(default=lambda r: "re: " + r.messages[-1].text),
+                         store=store)
+    acked: list[str] = []
+    failures: list[str] = []
+    enough_before = threading.Event()
+    enough_after = threading.Event()
+    restarted = threading.Event()
+    stop = threading.Event()
+
+    def sender() -> None:
+        session = agent.session(id="s1")
+        i = 0
+        while not stop.is_set():
+            text = f"m{i}"
+            i += 1
+            try:
+                session.send(text)
+            except LoushoError as exc:  # raised during the restart: the next call retries
+                failures.append(exc.code)
+                continue
+            acked.append(text)
+            if len(acked) >= 20:
+                enough_before.set()
+            if restarted.is_set() and len(acked) - mark[0] >= 20:
+                enough_after.set()
+
+    mark = [0]  # how many turns were acknowledged when the restart finished
+    thread = threading.Thread(target=sender)
+    thread.start()
+    try:
+        assert enough_before.wait(WAIT * 3), "no turns before the restart"
+        # no pipes: the restarted server inherits them and would hold them open
+        out = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, timeout=TIMEOUT)
+        assert out.returncode == 0, "pg_ctl restart failed"
+        mark[0] = len(acked)
+        restarted.set()
+        assert enough_after.wait(TIMEOUT), f"no turns after the restart ({failures})"
+    finally:
+        stop.set()
+        thread.join(TIMEOUT)
+    assert not thread.is_alive()
+    session = agent.session(id="s1")
+    session.resume()  # a turn that raised during the restart may be pending: finish it
+    stored = [m.text for m in session.load() if m.role == "user"]
+    assert len(stored) == len(set(stored)), "a turn was stored twice"
+    assert [t for t in acked if t not in stored] == [], "an acknowledged turn was lost"
+    store.close()
+
+
+def _lousho(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lousho_sync", *args], capture_output=True,
+                          text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+
+def test_the_cli_lists_sessions_of_a_postgres_store(
+    store: Any, postgres_url: str, postgres_schema: str
+) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    with PostgresStore(postgres_url) as default:  # the CLI uses the default schema
+        default.sessions.save(f"cli-{postgres_schema}", [user("hi")])
+        try:
+            out = _lousho("sessions", "--store", postgres_url, "list")
+            assert out.returncode == 0, out.stderr
+            assert f"cli-{postgres_schema}" in out.stdout
+        finally:
+            default.sessions.delete(f"cli-{postgres_schema}")
+
+
+def test_the_cli_reports_a_down_server_in_one_line_without_the_password() -> None:
+    port = free_port()
+    out = _lousho("sessions", "--store", f"postgresql://al:s3cr3t@127.0.0.1:{port}/db", "list")
+    assert out.returncode != 0
+    assert "s3cr3t" not in out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0], out.stderr
