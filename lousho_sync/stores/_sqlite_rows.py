@@ -38,11 +38,19 @@ Rows = list[tuple[int, int | None, bytes | None]]
 def load_rows(c: sqlite3.Connection, id: str, span: int) -> Rows | None:
     """``_LOAD``'s rows; None when the sessions index is seen damaged."""
     rows: Rows = c.execute(_LOAD, (id, span)).fetchall()
-    if not rows:
-        # A damaged index entry reads as "absent". Reading the entries next to it makes
-        # SQLite report the damage (SQLITE_CORRUPT) or shows an impossible entry; an index
-        # with no entry at all over a table with rows is damaged too. A few seeks, on a
-        # miss only.
+    if rows:
+        return rows
+    # A damaged index entry reads as "absent". Reading the entries next to it makes SQLite
+    # report the damage (SQLITE_CORRUPT) or shows an impossible entry; an index with no
+    # entry at all over a table with rows is damaged too. A few seeks, on a miss only, all
+    # in one read snapshot: another process may create the session between two statements.
+    own = not c.in_transaction
+    if own:
+        c.execute("BEGIN")
+    try:
+        rows = c.execute(_LOAD, (id, span)).fetchall()
+        if rows:
+            return rows
         found = 0
         for sql in _NEIGHBOURS:
             for other, key in c.execute(sql, (id,)).fetchall():
@@ -51,7 +59,10 @@ def load_rows(c: sqlite3.Connection, id: str, span: int) -> Rows | None:
                     return None
         if not found and c.execute(_ANY_ROW).fetchone() is not None:
             return None
-    return rows
+        return rows
+    finally:
+        if own:
+            c.execute("COMMIT")
 
 
 def decode_transcript(rows: Rows) -> tuple[list[Message], str | None]:
