@@ -45,6 +45,7 @@ __all__ = [
     "ApprovalTurnMissingError",
     "ConfigError",
     "InvalidInputError",
+    "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "LoopClosedError",
@@ -57,6 +58,7 @@ __all__ = [
     "RunTimeoutError",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionExistsError",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
@@ -106,6 +108,16 @@ class InvalidSessionIdError(LoushoError, ValueError):
     code = "LOUSHO_INVALID_SESSION_ID"
 
     def __init__(self, message: str, *, session_id: object = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class InvalidMetadataError(LoushoError, ValueError):
+    """Session metadata is not a JSON object of at most ``MAX_METADATA_BYTES`` bytes."""
+
+    code = "LOUSHO_INVALID_METADATA"
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
         super().__init__(message)
         self.session_id = session_id
 
@@ -264,6 +276,13 @@ class StoreConflictError(StoreError):
         super().__init__(message, path=path, address=address, session_id=session_id)
         self.expected_length = expected_length
         self.actual_length = actual_length
+
+
+class SessionExistsError(StoreError):
+    """A session was to be created (``fork``, ``create``, ``sessions copy``) under an id
+    that already holds messages or metadata."""
+
+    code = "LOUSHO_SESSION_EXISTS"
 
 
 class LeaseLostError(StoreError):

@@ -15,7 +15,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync.errors", "lousho_sync._heartbeat", "lousho_sync.callers",
      "lousho_sync._schema", "lousho_sync._docstring"},
     {"lousho_sync.ids", "lousho_sync.signal", "lousho_sync.messages", "lousho_sync._hints"},
-    {"lousho_sync.records", "lousho_sync.inputs", "lousho_sync.results", "lousho_sync._loop",
+    {"lousho_sync.records", "lousho_sync.catalog", "lousho_sync.inputs", "lousho_sync.results", "lousho_sync._loop",
      "lousho_sync._message_form",
      "lousho_sync.providers.base", "lousho_sync.providers._sse", "lousho_sync.stores._lease",
      "lousho_sync.providers._secret", "lousho_sync._tool_run", "lousho_sync.providers._conn"},

@@ -12,6 +12,9 @@ Optional capabilities, each a Protocol with a helper that detects it:
   stored transcript changes, so a session can skip reloading an unchanged transcript.
 * :class:`TurnCommitter` (:func:`turn_committer`) — a combined store (sessions and
   checkpoints in one database) that commits a finished turn in one transaction.
+* :class:`Catalogued` (:func:`supports_catalog`) — the session catalog: ``list()``,
+  ``info()``, per-session metadata, the messages compaction replaced (``history``,
+  ``compact``) and an atomic ``create`` (fork, copy). Every built-in store has it.
 * fencing (:func:`supports_fencing`) — a part with ``fenced = True`` takes ``fence=`` on
   every write a turn makes and refuses, atomically with the write, a write whose fence
   token is older than the session's newest (:class:`~lousho_sync.LeaseLostError`).
@@ -19,12 +22,13 @@ Optional capabilities, each a Protocol with a helper that detects it:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ..catalog import SessionInfo, SessionPage
 from ..messages import Message
 from ..records import CHECKPOINT_VERSION, ApprovalRecord, Checkpoint, Fence, now, resolved
 
@@ -34,6 +38,7 @@ __all__ = [
     "Appendable",
     "ApprovalRecord",
     "ApprovalStore",
+    "Catalogued",
     "Checkpoint",
     "CheckpointStore",
     "Fence",
@@ -46,6 +51,7 @@ __all__ = [
     "now",
     "resolved",
     "supports_append",
+    "supports_catalog",
     "supports_fencing",
     "supports_lease",
     "supports_revision",
@@ -224,6 +230,70 @@ class TurnCommitter(Protocol):
         release the lease held under ``fence.token`` (only if that token still holds it).
         Returns the session's new revision."""
         ...
+
+
+@runtime_checkable
+class Catalogued(Protocol):
+    """A session store with a catalog of its sessions.
+
+    Each session has, besides its transcript, ``created_at`` (its first write),
+    ``updated_at`` (the last change of its transcript or metadata), a metadata JSON object
+    (:func:`~lousho_sync.catalog.check_metadata`; never counted as a message) and the
+    messages compaction replaced (its *history*, oldest first). ``save(id, [])`` empties the
+    transcript and the history and keeps the metadata; ``delete`` and ``prune`` remove all
+    of it; ``load`` returns None for a session that has metadata only.
+    """
+
+    def info(self, id: str) -> SessionInfo | None:
+        """The session's catalog entry (its transcript is not loaded), or None."""
+        ...
+
+    def set_metadata(self, id: str, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata of ``id`` atomically (``{}`` removes it), creating the
+        catalog entry when absent; InvalidMetadataError when it breaks the rule."""
+        ...
+
+    def history(self, id: str) -> list[Message]:
+        """The messages compaction replaced in ``id``, oldest first ([] when none)."""
+        ...
+
+    def compact(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        replaced: Sequence[Message],
+        fence: Fence | None = None,
+    ) -> None:
+        """In one transaction: add ``replaced`` to the history of ``id`` and replace its
+        transcript with ``messages`` (fenced stores refuse an old ``fence`` first)."""
+        ...
+
+    def create(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> None:
+        """Create session ``id`` with a transcript, metadata and history, in one
+        transaction; SessionExistsError (nothing written) when ``id`` has messages or
+        metadata already."""
+        ...
+
+    def list(
+        self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> SessionPage:
+        """One page of sessions whose id starts with ``prefix``: newest ``updated_at``
+        first, then by id; ``after`` is the ``next`` of the page before. (Defined last:
+        it shadows ``list`` in the class body.)"""
+        ...
+
+
+def supports_catalog(store: object) -> bool:
+    """Whether ``store`` has :class:`Catalogued`'s catalog (list, metadata, history)."""
+    return isinstance(store, Catalogued)
 
 
 def supports_append(store: object) -> bool:

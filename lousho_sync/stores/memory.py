@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import builtins
 import itertools
+import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ..errors import StoreConflictError
+from ..catalog import SessionInfo, SessionPage, check_metadata, page_of
+from ..errors import SessionExistsError, StoreConflictError
 from ..messages import Message
-from .base import AgentStore, ApprovalRecord, Checkpoint, resolved
+from ..records import now
+from .base import AgentStore, ApprovalRecord, Checkpoint, Fence, resolved
 
 __all__ = [
     "InMemoryApprovalStore",
@@ -19,7 +24,8 @@ __all__ = [
 
 
 class MemorySessionStore:
-    """Transcripts in a dict. Thread-safe (one lock guards the dict).
+    """Transcripts in a dict, with the session catalog (metadata, times, the messages
+    compaction replaced). Thread-safe (one lock guards the dicts).
 
     ``append`` is O(turn): the stored list grows in place.
     """
@@ -29,6 +35,9 @@ class MemorySessionStore:
         self._data: dict[str, list[Message]] = {}
         self._revisions: dict[str, int] = {}
         self._counter = itertools.count(1)
+        self._metadata: dict[str, str] = {}
+        self._history: dict[str, list[Message]] = {}
+        self._times: dict[str, tuple[float, float]] = {}
 
     def load(self, id: str) -> list[Message] | None:
         """A copy of the stored transcript, or None."""
@@ -36,19 +45,38 @@ class MemorySessionStore:
             messages = self._data.get(id)
             return None if messages is None else list(messages)
 
+    def _touch(self, id: str) -> None:
+        t = now()
+        created = self._times.get(id, (t, t))[0]
+        self._times[id] = (created, t)
+
+    def _drop_if_empty(self, id: str) -> None:
+        if id not in self._data and id not in self._metadata:
+            self._times.pop(id, None)
+            self._history.pop(id, None)
+
+    def _replace(self, id: str, messages: Sequence[Message]) -> None:
+        if messages:
+            self._data[id] = list(messages)
+            self._revisions[id] = next(self._counter)
+        else:
+            self._data.pop(id, None)
+            self._revisions.pop(id, None)
+            self._history.pop(id, None)
+        self._touch(id)
+        self._drop_if_empty(id)
+
     def save(self, id: str, messages: Sequence[Message]) -> None:
-        """Replace the transcript (empty: forget the id)."""
+        """Replace the transcript (empty: forget the transcript and the history; the
+        metadata stays)."""
         with self._lock:
-            if messages:
-                self._data[id] = list(messages)
-                self._revisions[id] = next(self._counter)
-            else:
-                self._data.pop(id, None)
-                self._revisions.pop(id, None)
+            self._replace(id, messages)
 
     def delete(self, id: str) -> None:
-        """Forget the id."""
-        self.save(id, ())
+        """Forget the id: transcript, history and metadata."""
+        with self._lock:
+            self._metadata.pop(id, None)
+            self._replace(id, ())
 
     def append(self, id: str, messages: Sequence[Message], *, expected_length: int) -> None:
         """Add a turn's messages; StoreConflictError when the length is not expected."""
@@ -69,15 +97,95 @@ class MemorySessionStore:
                 stored = self._data[id] = []
             stored.extend(messages)
             self._revisions[id] = next(self._counter)
+            self._touch(id)
 
     def revision(self, id: str) -> object:
         """Changes whenever the transcript of ``id`` changes."""
         return self._revisions.get(id)
 
-    def ids(self) -> list[str]:
-        """Stored session ids, sorted."""
+    def ids(self) -> builtins.list[str]:
+        """Stored session ids (with a transcript or metadata), sorted."""
         with self._lock:
-            return sorted(self._data)
+            return sorted(self._times)
+
+    # --- the catalog (Catalogued) ---
+
+    def _info(self, id: str) -> SessionInfo | None:
+        times = self._times.get(id)
+        if times is None:
+            return None
+        text = self._metadata.get(id)
+        return SessionInfo(
+            id=id,
+            messages=len(self._data.get(id, ())),
+            created_at=times[0],
+            updated_at=times[1],
+            metadata=json.loads(text) if text else {},
+        )
+
+    def info(self, id: str) -> SessionInfo | None:
+        """The catalog entry of ``id``, or None."""
+        with self._lock:
+            return self._info(id)
+
+    def set_metadata(self, id: str, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata of ``id`` ({} removes it)."""
+        text = check_metadata(metadata, id)
+        with self._lock:
+            if text == "{}":
+                self._metadata.pop(id, None)
+            else:
+                self._metadata[id] = text
+            self._touch(id)
+            self._drop_if_empty(id)
+
+    def history(self, id: str) -> builtins.list[Message]:
+        """The messages compaction replaced, oldest first."""
+        with self._lock:
+            return list(self._history.get(id, ()))
+
+    def compact(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        replaced: Sequence[Message],
+        fence: Fence | None = None,
+    ) -> None:
+        """Add ``replaced`` to the history and replace the transcript, under one lock."""
+        with self._lock:
+            kept = list(self._history.get(id, ())) + list(replaced)
+            self._replace(id, messages)
+            if kept and id in self._data:
+                self._history[id] = kept
+
+    def create(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> None:
+        """Create ``id``; SessionExistsError when it has messages or metadata."""
+        text = check_metadata(metadata or {}, id)
+        with self._lock:
+            if id in self._data or id in self._metadata:
+                raise SessionExistsError(f"session {id!r} exists already in the memory store")
+            if text != "{}":
+                self._metadata[id] = text
+            self._replace(id, messages)
+            if history and id in self._data:
+                self._history[id] = list(history)
+
+    def list(
+        self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> SessionPage:
+        """One page of the catalog, newest first (see :class:`~lousho_sync.stores.base.
+        Catalogued`)."""
+        with self._lock:
+            infos = [i for i in map(self._info, self._times) if i is not None]
+        return page_of(infos, prefix, limit, after)
 
 
 class MemoryCheckpointStore:
