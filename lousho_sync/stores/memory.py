@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import heapq
 import itertools
 import json
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..catalog import SessionInfo, SessionPage, check_metadata, page_of
+from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..errors import SessionExistsError, StoreConflictError
 from ..messages import Message
 from ..records import now
@@ -182,10 +183,16 @@ class MemorySessionStore:
         self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
     ) -> SessionPage:
         """One page of the catalog, newest first (see :class:`~lousho_sync.stores.base.
-        Catalogued`)."""
+        Catalogued`): O(sessions) per page, a scan of the times (no sort)."""
+        start, limit, cursor = check_list_args(prefix, limit, after)
         with self._lock:
-            infos = [i for i in map(self._info, self._times) if i is not None]
-        return page_of(infos, prefix, limit, after)
+            keys = ((-t[1], id) for id, t in self._times.items() if id.startswith(start))
+            if cursor is not None:
+                upd, last = cursor
+                keys = (k for k in keys if -k[0] < upd or (-k[0] == upd and k[1] > last))
+            chosen = heapq.nsmallest(limit + 1, keys)
+            infos = [self._info(id) for _, id in chosen]
+        return page_from([i for i in infos if i is not None], limit)
 
 
 class MemoryCheckpointStore:
