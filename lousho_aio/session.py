@@ -159,9 +159,11 @@ class AsyncSession:
         """A new session holding a copy of this one (see ``Session.fork``)."""
         return AsyncSession(await _bridge.call(self._session.fork, new_id, at_turn=at_turn))
 
-    async def metadata(self) -> dict[str, Any]:
-        """A copy of the session's metadata (``Session.metadata``)."""
-        return await _bridge.call(lambda: self._session.metadata)
+    @property
+    def metadata(self) -> Awaitable[dict[str, Any]]:
+        """``await session.metadata``: a copy of the session's metadata, read in the pool
+        (``Session.metadata``)."""
+        return _bridge.call(lambda: self._session.metadata)
 
     async def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Replace the metadata atomically (see ``Session.set_metadata``)."""

@@ -38,7 +38,7 @@ COROUTINES = {
     "AsyncAgent": {"send", "resume"},
     "AsyncApprovals": {"resolve", "list", "get"},
     "AsyncSession": {"send", "load", "compact", "clear", "pending", "resume",
-                     "discard_pending"},
+                     "discard_pending", "undo", "fork", "set_metadata", "history"},
     "AsyncAgentRun": {"result"},
 }
 

@@ -323,7 +323,7 @@ def test_an_empty_summary_is_a_provider_error_and_changes_nothing() -> None:
 
 
 class FailingSaves(MemorySessionStore):
-    """A session store whose ``save`` fails once ``broken`` is set."""
+    """A session store whose ``save`` and ``compact`` fail once ``broken`` is set."""
 
     broken = False
 
@@ -331,6 +331,12 @@ class FailingSaves(MemorySessionStore):
         if self.broken:
             raise StoreUnavailableError("disk gone", session_id=id)
         super().save(id, messages)
+
+    def compact(self, id: str, messages: Sequence[Message], *, replaced: Sequence[Message],
+                fence: object = None) -> None:
+        if self.broken:
+            raise StoreUnavailableError("disk gone", session_id=id)
+        super().compact(id, messages, replaced=replaced)
 
 
 def test_a_store_failure_leaves_the_transcript_unchanged() -> None:
@@ -343,6 +349,7 @@ def test_a_store_failure_leaves_the_transcript_unchanged() -> None:
     with pytest.raises(StoreUnavailableError):
         session.compact(keep_last=4)
     assert session.messages == before and store.load("s") == list(before)
+    assert store.history("s") == []
     store.broken = False
     session.compact(keep_last=4)
     assert len(session.messages) == 9 and store.load("s") == list(session.messages)

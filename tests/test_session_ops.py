@@ -288,7 +288,7 @@ def test_the_asyncio_twins(store: Any) -> None:
         await session.set_metadata({"title": "async"})
         await session.send("one")
         await session.send("two")
-        assert await session.metadata() == {"title": "async"}
+        assert await session.metadata == {"title": "async"}
         fork = await session.fork("a2", at_turn=1)
         assert isinstance(fork, lousho_aio.AsyncSession)
         assert user_texts(await fork.load()) == ["one"]
@@ -296,7 +296,7 @@ def test_the_asyncio_twins(store: Any) -> None:
         assert user_texts(removed) == ["two"]
         assert user_texts(await session.history()) == ["one"]
         await session.clear(keep_metadata=False)
-        assert await session.metadata() == {}
+        assert await session.metadata == {}
 
     asyncio.run(main())
 
