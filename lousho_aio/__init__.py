@@ -9,6 +9,7 @@ its turn. No ``asyncio.run`` inside: it works in an already running loop (Jupyte
 """
 
 from lousho_sync import __version__ as __version__
+from lousho_sync.catalog import SessionInfo, SessionPage
 from lousho_sync.codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from lousho_sync.compaction import Compaction
 from lousho_sync.errors import (
@@ -18,6 +19,7 @@ from lousho_sync.errors import (
     ApprovalTurnMissingError,
     ConfigError,
     InvalidInputError,
+    InvalidMetadataError,
     InvalidSessionIdError,
     LeaseLostError,
     LoopClosedError,
@@ -30,6 +32,7 @@ from lousho_sync.errors import (
     RunTimeoutError,
     SessionAwaitingApprovalError,
     SessionBusyError,
+    SessionExistsError,
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
@@ -143,6 +146,7 @@ __all__ = [
     "InputApplied",
     "InputQueued",
     "InvalidInputError",
+    "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "Limits",
@@ -177,6 +181,9 @@ __all__ = [
     "ScriptedProvider",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionPage",
     "SessionEvent",
     "SessionStore",
     "Signal",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from lousho_sync.events import ListenerEvent
 from lousho_sync.inputs import InputLike
@@ -145,9 +146,30 @@ class AsyncSession:
         """Estimated input tokens of the next model call (see ``Session``)."""
         return self._session.estimate_input_tokens(new_input)
 
-    async def clear(self) -> None:
+    async def clear(self, *, keep_metadata: bool = True) -> None:
         """Empty the transcript and save it empty (see ``Session.clear``)."""
-        await _bridge.call(self._session.clear)
+        await _bridge.call(self._session.clear, keep_metadata=keep_metadata)
+
+    async def undo(self, turns: int = 1) -> tuple[Message, ...]:
+        """Remove the last ``turns`` turns; the removed messages (see ``Session.undo``)."""
+        return await _bridge.call(self._session.undo, turns)
+
+    async def fork(self, new_id: str | None = None, *, at_turn: int | None = None
+                   ) -> AsyncSession:
+        """A new session holding a copy of this one (see ``Session.fork``)."""
+        return AsyncSession(await _bridge.call(self._session.fork, new_id, at_turn=at_turn))
+
+    async def metadata(self) -> dict[str, Any]:
+        """A copy of the session's metadata (``Session.metadata``)."""
+        return await _bridge.call(lambda: self._session.metadata)
+
+    async def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata atomically (see ``Session.set_metadata``)."""
+        await _bridge.call(self._session.set_metadata, metadata)
+
+    async def history(self, *, include_compacted: bool = True) -> tuple[Message, ...]:
+        """Every message committed, compacted ones included (see ``Session.history``)."""
+        return await _bridge.call(self._session.history, include_compacted=include_compacted)
 
     async def pending(self) -> PendingTurn | None:
         """The unfinished turn, or None."""

@@ -16,6 +16,7 @@ Tracing: see :mod:`lousho_sync._otel` (the ``otel`` extra).
 import logging as _logging
 
 from .agent import Agent, Approvals, create_agent
+from .catalog import SessionInfo, SessionPage
 from .codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from .compaction import Compaction
 from .errors import (
@@ -25,6 +26,7 @@ from .errors import (
     ApprovalTurnMissingError,
     ConfigError,
     InvalidInputError,
+    InvalidMetadataError,
     InvalidSessionIdError,
     LeaseLostError,
     LoopClosedError,
@@ -37,6 +39,7 @@ from .errors import (
     RunTimeoutError,
     SessionAwaitingApprovalError,
     SessionBusyError,
+    SessionExistsError,
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
@@ -157,6 +160,7 @@ __all__ = [
     "InputApplied",
     "InputQueued",
     "InvalidInputError",
+    "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
     "Limits",
@@ -192,6 +196,9 @@ __all__ = [
     "Session",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionPage",
     "SessionEvent",
     "SessionStore",
     "Signal",

@@ -31,6 +31,7 @@ from .records import Checkpoint
 from .signal import Signal
 from .stores.base import (
     ApprovalStore,
+    Catalogued,
     CheckpointStore,
     SessionStore,
     TurnCommitter,
@@ -117,14 +118,22 @@ class SessionParts:
                 out.append(approval_id)
         return out
 
-    def save_transcript(self, messages: list[Message], hold: LeaseHold | None) -> None:
-        """Replace the stored transcript (clear, compact) and drop every turn checkpoint of
-        the session: none pends (checked by the caller), and a shorter transcript would
-        otherwise take a leftover ``<id>.turn-<n>`` for its own."""
+    def save_transcript(
+        self, messages: list[Message], hold: LeaseHold | None,
+        replaced: Sequence[Message] | None = None,
+    ) -> None:
+        """Replace the stored transcript (clear, undo, compact) and drop every turn
+        checkpoint of the session: none pends (checked by the caller), and a shorter
+        transcript would otherwise take a leftover ``<id>.turn-<n>`` for its own.
+        ``replaced``: what a compaction replaced, kept in the store's history (when the
+        store keeps one) in the same write."""
         st = self.state
         fence = hold.fence() if hold is not None else None
         kw = {"fence": fence} if fence is not None and supports_fencing(self.sessions) else {}
-        self.sessions.save(self.id, messages, **kw)
+        if replaced is not None and isinstance(self.sessions, Catalogued):
+            self.sessions.compact(self.id, messages, replaced=replaced, **kw)
+        else:
+            self.sessions.save(self.id, messages, **kw)
         for store in {id(s): s for s in (self.checkpoints, self.base.scratch) if s}.values():
             for key in store.keys(session_prefix(self.id)):
                 TurnWriter(store, None, hold).delete(key)
@@ -170,7 +179,7 @@ class SessionParts:
                 instructions=instructions, signal=signal, session_id=self.id,
             )
         new = [summary, *messages[cut:]]
-        self.save_transcript(new, hold)
+        self.save_transcript(new, hold, replaced=messages[:cut])
         _log.info("session %s: compacted %d messages into a summary (%d -> %d)", self.id,
                   cut, before, len(new))
         st.emit(CompactionDone, messages_before=before, messages_after=len(new))

@@ -235,6 +235,8 @@ class Agent:
                        else _committer(sessions, checkpoints)),
             turn_policy=turn_policy,
             limits=limits,
+            opener=lambda nid: self.session(nid, store=store, checkpoint_store=checkpoint_store,
+                                            lease_ttl_s=lease_ttl_s),
             **kwargs,
         )
         with self._lock:

@@ -1,5 +1,5 @@
 """Session: a multi-turn conversation — the public object, the five turn policies, and the
-session's maintenance (pending turns, clear, compact).
+session's maintenance (pending turns, clear, compact, undo, fork, metadata).
 
 All ``Session`` objects for the same (session store, id) in one process share one
 :class:`~lousho_sync._session_state.SessionState` (turn queue, lease, transcript cache), so
@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
+from . import _session_ops as ops
 from ._lease_hold import LeaseHold
 from ._persistence import commit_turn
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, awaiting_error, state_for
-from .compaction import (
-    check_keep_last,
-)
+from .compaction import check_keep_last
 from .control import TurnControl
 from .errors import (
     ApprovalAlreadyResolvedError,
@@ -30,6 +29,7 @@ from .errors import (
     LoushoError,
     SessionAwaitingApprovalError,
     SessionBusyError,
+    SessionExistsError,
 )
 from .events import ContextCleared, ListenerEvent, RunEvent
 from .ids import new_session_id, validate_session_id
@@ -75,6 +75,7 @@ class Session:
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
+        opener: Callable[[str], Session] | None = None,
     ) -> None:
         if turn_policy not in _POLICIES:
             raise ConfigError(
@@ -88,6 +89,7 @@ class Session:
         )
         self.turn_policy: TurnPolicy = turn_policy
         self.limits = limits
+        self._opener = opener
 
     # --- plain members ---------------------------------------------------------------------
     @property
@@ -377,8 +379,9 @@ class Session:
             if self._p.base.pin is not None:
                 self._p.base.pin(self._id, self._p.sessions, False)
 
-    def clear(self) -> None:
-        """Empty the transcript and save it empty; deletes an interrupted turn.
+    def clear(self, *, keep_metadata: bool = True) -> None:
+        """Empty the transcript (and the history compaction kept) and save it empty;
+        deletes an interrupted turn. The metadata stays unless ``keep_metadata=False``.
 
         Raises SessionBusyError while a turn runs and SessionAwaitingApprovalError while a
         turn waits on an approval. Session budgets count again from zero.
@@ -390,7 +393,58 @@ class Session:
                 if pending:
                     raise awaiting_error(self._id, pending[0], "clear()")
             self._p.save_transcript([], hold)
+            if not keep_metadata and ops.metadata(self._p):
+                ops.set_metadata(self._p, {})
         self._state.emit(ContextCleared)
+
+    # --- whole-transcript operations ------------------------------------------------------------
+    def undo(self, turns: int = 1) -> tuple[Message, ...]:
+        """Remove the last ``turns`` turns and return the removed messages.
+
+        A turn starts at a user message, so no tool call loses its result. Atomic, under
+        the session's lease; refused with SessionBusyError while a turn runs, waits to start
+        or pends, with SessionAwaitingApprovalError while a turn waits on an approval, and
+        with ConfigError when the session holds fewer turns. Session budgets follow.
+        """
+        return ops.undo(self._p, turns)
+
+    def fork(self, new_id: str | None = None, *, at_turn: int | None = None) -> Session:
+        """A new session (a new UUID id unless given) holding a copy of this transcript up
+        to turn ``at_turn`` (None: all; 0: none), its compaction history, and its metadata
+        plus ``forked_from``. Never copies a pending turn; SessionExistsError when
+        ``new_id`` has messages or metadata already."""
+        nid = new_session_id() if new_id is None else validate_session_id(new_id)
+        if nid == self._id:
+            raise SessionExistsError(f"fork() needs a new id: {nid!r} is this session's own")
+        if self._opener is not None:
+            fork = self._opener(nid)
+        else:
+            p = self._p
+            fork = Session(p.base, nid, sessions=p.sessions, checkpoints=p.checkpoints,
+                           approvals=p.approvals, committer=p.committer,
+                           lease_ttl_s=p.lease_ttl_s)
+        fork.turn_policy, fork.limits = self.turn_policy, self.limits
+        ops.fork_copy(self._p, ops.catalog_of(fork._p, "fork()"), nid, at_turn)
+        fork.load()
+        return fork
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A copy of the session's metadata: a small JSON object (title, owner, tags),
+        stored with the session and never counted as a message; ``{}`` when none."""
+        return ops.metadata(self._p)
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata atomically (``{}`` removes it); InvalidMetadataError when
+        it is not a JSON object of at most 16 KiB. Allowed while a turn runs."""
+        ops.set_metadata(self._p, metadata)
+
+    def history(self, *, include_compacted: bool = True) -> tuple[Message, ...]:
+        """Every message committed to the session, oldest first: what compaction replaced,
+        then the transcript with the summary that replaced them (``include_compacted=False``:
+        the transcript only, as ``messages``)."""
+        current = self.load()
+        return ops.history(self._p, current) if include_compacted else current
 
     # --- compaction ---------------------------------------------------------------------------
     def compact(

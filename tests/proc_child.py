@@ -60,6 +60,27 @@ def main() -> None:
         for j in range(count):
             session.send(f"{label}-m{j}")
         _out({"ok": count})
+    elif mode == "toolturns":  # ARGS: session id, label, count; each turn calls a tool
+        sid, label, count = args[0], args[1], int(args[2])
+
+        @tool
+        def add(a: int, b: int) -> int:
+            """Add."""
+            return a + b
+
+        def answer(request: ModelRequest) -> Step | str:
+            last = list(request.messages)[-1]
+            if last.role == "tool":
+                return "sum " + str(last.content)
+            return Step(tool_calls=[("add", {"a": len(last.text), "b": 1})])
+
+        agent = create_agent(provider=ScriptedProvider(default=answer), tools=[add],
+                             store=store)
+        session = agent.session(id=sid)
+        _ready()
+        for j in range(count):
+            session.send(f"{label}-m{j}")
+        _out({"ok": count})
     elif mode == "hold":  # run one turn whose model call waits for a stdin line
         def held(request: ModelRequest) -> str:
             print("IN-TURN", flush=True)

@@ -159,13 +159,130 @@ def test_a_version_1_file_is_migrated_on_open_and_keeps_its_data(tmp_path: Path)
         assert texts(store.sessions.load("s1")) == ["a", "b", "c"]
         assert store.checkpoints.keys("s1.") == []
     conn = raw(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("SELECT owner, token FROM leases WHERE session_id = 's1'").fetchone() == (
         "", 1)  # released, the token kept
     conn.close()
     with SqliteStore(path) as again:  # opening a migrated file changes nothing
         assert again.sessions.fence_token("s1") == 1
         assert texts(again.sessions.load("s1")) == ["a", "b", "c"]
+
+
+# Version 2 added the lease's fence token.
+SCHEMA_2 = (*SCHEMA_1, "ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 0")
+
+
+def test_a_version_2_file_gets_the_catalog_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    conn = raw(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for statement in SCHEMA_2:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 2")
+    stored = {"old": (1, 100.25, ["a", "b"]), "new": (2, 200.5, ["c"]), "tie": (3, 200.5, ["d"])}
+    for id, (key, updated_at, words) in stored.items():
+        conn.execute("INSERT INTO sessions VALUES (?, ?, ?, 7, ?)",
+                     (key, id, len(words), updated_at))
+        for seq, word in enumerate(words):
+            conn.execute("INSERT INTO messages VALUES (?, ?)",
+                         ((key << 32) + seq, dumps_message(user(word))))
+    conn.execute("INSERT INTO leases VALUES ('old', '', 0, 4)")  # released, token 4
+    conn.close()
+    with SqliteStore(path) as store:
+        sessions = store.sessions
+        page = sessions.list()
+        assert [(i.id, i.messages, i.created_at, i.updated_at, dict(i.metadata))
+                for i in page] == [
+            ("new", 1, 200.5, 200.5, {}), ("tie", 1, 200.5, 200.5, {}),
+            ("old", 2, 100.25, 100.25, {})]
+        assert page.next is None
+        assert [i.id for i in sessions.list(limit=1, after=sessions.list(limit=1).next)] == [
+            "tie"]
+        assert texts(sessions.load("old")) == ["a", "b"]
+        assert sessions.revision("old") == (1, 7) and sessions.fence_token("old") == 4
+        assert sessions.history("old") == [] and sessions.ids() == ["new", "old", "tie"]
+        sessions.append("old", [assistant("e")], expected_length=2)
+        sessions.set_metadata("new", {"title": "kept"})
+        info = sessions.info("old")
+        assert info is not None and info.created_at == 100.25 and info.updated_at > 200.5
+        assert info.messages == 3
+        assert [i.id for i in sessions.list()] == ["new", "old", "tie"]
+    conn = raw(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    plan = conn.execute("EXPLAIN QUERY PLAN SELECT id FROM sessions"
+                        " ORDER BY updated_at DESC, id LIMIT 5").fetchall()
+    assert "sessions_by_update" in str(plan) and "TEMP B-TREE" not in str(plan)
+    conn.close()
+    with SqliteStore(path) as again:  # opening a migrated file changes nothing
+        info = again.sessions.info("new")
+        assert info is not None and info.title == "kept" and info.messages == 1
+        assert texts(again.sessions.load("old")) == ["a", "b", "e"]
+
+
+def test_list_reads_no_message_row_and_keeps_exact_times(store: SqliteStore,
+                                                         db_path: Path) -> None:
+    for i in range(5):
+        store.sessions.save(f"s{i}", [user("x")] * (i + 1))
+    store.sessions.set_metadata("only-meta", {"title": "t"})
+    with raw(db_path) as conn:  # message rows gone: list and info count from the catalog
+        conn.execute("UPDATE sessions SET updated_at = 1234.5678901234567 WHERE id = 's3'")
+        conn.execute("DELETE FROM messages")
+    infos = {i.id: i for i in store.sessions.list()}
+    assert {k: i.messages for k, i in infos.items()} == {
+        "s0": 1, "s1": 2, "s2": 3, "s3": 4, "s4": 5, "only-meta": 0}
+    assert infos["s3"].updated_at == 1234.5678901234567
+    assert [i.id for i in store.sessions.list(prefix="s", limit=10)][-1] == "s3"
+    assert len(store.sessions.list(prefix="nope")) == 0
+    assert len(store.sessions.list(prefix="s 3")) == 0  # no id can hold a space
+    assert store.sessions.load("only-meta") is None
+    assert store.sessions.revision("only-meta") is None
+
+
+def test_replaced_history_keeps_its_order_and_leaves_no_rows(store: SqliteStore,
+                                                             db_path: Path) -> None:
+    store.sessions.save("s", [user("a"), user("b"), user("c")])
+    store.sessions.compact("s", [user("sum1"), user("c")], replaced=[user("a"), user("b")])
+    store.sessions.compact("s", [user("sum2")], replaced=[user("sum1"), user("c")])
+    assert texts(store.sessions.history("s")) == ["a", "b", "sum1", "c"]
+    assert texts(store.sessions.load("s")) == ["sum2"]
+    store.sessions.save("s", [])
+    assert store.sessions.history("s") == [] and store.sessions.info("s") is None
+    with raw(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM history").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("stored", [
+    "{not json", "[1, 2]", "42", sqlite3.Binary(b"{\"t\": \"\xff\"}"),
+])
+def test_damaged_metadata_is_store_corrupt_naming_the_session(
+    store: SqliteStore, db_path: Path, stored: object
+) -> None:
+    store.sessions.save("ok", [user("a")])
+    store.sessions.save("bad", [user("secret words")])
+    store.sessions.set_metadata("bad", {"title": "t"})
+    with raw(db_path) as conn:
+        conn.execute("UPDATE sessions SET metadata = ? WHERE id = 'bad'", (stored,))
+    for call in (lambda: store.sessions.info("bad"), store.sessions.list):
+        with pytest.raises(StoreCorruptError) as info:
+            call()
+        message = str(info.value)
+        assert "'bad'" in message and str(db_path) in message and "metadata" in message
+        assert info.value.session_id == "bad" and info.value.path == str(db_path)
+        assert "not json" not in message and "secret" not in message
+    assert store.sessions.info("ok") is not None
+    assert texts(store.sessions.load("bad")) == ["secret words"]  # the transcript still reads
+
+
+def test_damaged_history_is_store_corrupt_naming_the_session(store: SqliteStore,
+                                                             db_path: Path) -> None:
+    store.sessions.save("s", [user("a"), user("b")])
+    store.sessions.compact("s", [user("sum")], replaced=[user("a"), user("b")])
+    with raw(db_path) as conn:
+        conn.execute("UPDATE history SET json = '{secret' WHERE id & 4294967295 = 1")
+    with pytest.raises(StoreCorruptError) as info:
+        store.sessions.history("s")
+    assert "'s'" in str(info.value) and "history message 1" in str(info.value)
+    assert "secret" not in str(info.value) and info.value.session_id == "s"
 
 
 def test_memory_store_is_private_and_works() -> None:

@@ -2,7 +2,11 @@
 schema migrations), running statements under one lock, and translating sqlite3 errors.
 
 Schema versions (``PRAGMA user_version``): 1 the first; 2 adds ``leases.token``, the newest
-fence token handed out for the session (a released lease keeps its row, with owner ``''``).
+fence token handed out for the session (a released lease keeps its row, with owner ``''``);
+3 adds the session catalog: ``sessions.created_at`` (set to ``updated_at`` for the sessions
+already stored), ``sessions.metadata`` (JSON text, NULL for none), the index
+``sessions_by_update`` (``list``'s order) and the ``history`` table (the messages compaction
+replaced, keyed like ``messages``).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ __all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "SPAN", "Conn", "Db"]
 
 _log = logging.getLogger("lousho_sync.stores.sqlite")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this release writes (``PRAGMA user_version``)."""
 
 BUSY_TIMEOUT_S = 5.0
@@ -64,6 +68,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " expires_at REAL NOT NULL) WITHOUT ROWID",
     ),
     2: ("ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 0",),
+    3: (
+        "ALTER TABLE sessions ADD COLUMN created_at REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN metadata TEXT",
+        "UPDATE sessions SET created_at = updated_at",
+        "CREATE INDEX sessions_by_update ON sessions (updated_at DESC, id)",
+        "CREATE TABLE history (id INTEGER PRIMARY KEY, json TEXT NOT NULL)",
+    ),
 }
 """Statements that bring the schema from version ``n - 1`` to ``n``."""
 

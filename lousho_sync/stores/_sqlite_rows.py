@@ -9,12 +9,26 @@ index, where a damaged entry shows. Problems are described without any stored co
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
+from ..catalog import SessionInfo, metadata_from_json
 from ..codec import loads_message
 from ..errors import StoreCorruptError
 from ..messages import Message
 
-__all__ = ["Rows", "decode_transcript", "load_rows", "quotes_stored_text"]
+__all__ = [
+    "INFO_COLUMNS",
+    "Rows",
+    "decode_history",
+    "decode_info",
+    "decode_transcript",
+    "load_rows",
+    "quotes_stored_text",
+]
+
+INFO_COLUMNS = "id, length, created_at, updated_at, CAST(metadata AS BLOB)"
+"""The ``sessions`` columns :func:`decode_info` reads (the metadata as bytes)."""
 
 _LOAD = (
     "SELECT s.length, m.id & 4294967295, CAST(m.json AS BLOB) FROM sessions s LEFT JOIN"
@@ -95,6 +109,61 @@ def decode_transcript(rows: Rows) -> tuple[list[Message], str | None]:
             problem = f"message {seq} is not a readable message (not JSON of a message)"
             break
     return ([], problem) if problem is not None else (out, None)
+
+
+def decode_info(row: Sequence[Any], path: str) -> SessionInfo:
+    """The catalog entry of an ``INFO_COLUMNS`` row; StoreCorruptError naming the path and
+    the session (never the stored content) when the row is damaged."""
+    id, length, created_at, updated_at, raw = row
+    if type(id) is not str:
+        raise StoreCorruptError(
+            f"a session id in the SQLite store at {path} is damaged (the file is damaged; "
+            "it was left as it was)",
+            path=path,
+        )
+    where = f"session {id!r} in the SQLite store at {path}"
+    problem = None
+    if type(length) is not int or length < 0:
+        problem = "its recorded length is damaged"
+    elif not all(type(t) in (int, float) for t in (created_at, updated_at)):
+        problem = "its recorded times are damaged"
+    elif raw is not None and type(raw) is not bytes:
+        problem = "its metadata is damaged"
+    text = None
+    if problem is None and raw is not None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"its metadata is not valid UTF-8 (byte {exc.start})"
+    if problem is not None:
+        raise StoreCorruptError(
+            f"{where} cannot be read: {problem} (the file is damaged; it was left as it was; "
+            "stored content is not shown)",
+            path=path,
+            session_id=id,
+        )
+    try:
+        metadata = metadata_from_json(text, where)
+    except StoreCorruptError as exc:
+        raise StoreCorruptError(str(exc), path=path, session_id=id) from None
+    return SessionInfo(id=id, messages=length, created_at=float(created_at),
+                       updated_at=float(updated_at), metadata=metadata)
+
+
+def decode_history(rows: Sequence[tuple[Any, Any]]) -> tuple[list[Message], str | None]:
+    """The messages of ``(position, json bytes)`` history rows, oldest first, or a problem
+    that names no stored content."""
+    out: list[Message] = []
+    for i, (seq, raw) in enumerate(rows):
+        if seq != i:
+            return [], f"its history has {len(rows)} rows but row {i} is out of place"
+        try:
+            if type(raw) is not bytes:
+                raise StoreCorruptError("no text")
+            out.append(loads_message(raw.decode("utf-8")))
+        except (StoreCorruptError, UnicodeDecodeError):
+            return [], f"history message {i} is not a readable message"
+    return out, None
 
 
 def quotes_stored_text(exc: BaseException) -> bool:

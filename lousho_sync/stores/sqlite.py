@@ -5,12 +5,20 @@ Several processes share the file (WAL mode, 5 s busy timeout, every write a
 failing). Schema (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`)::
 
     sessions    (key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, length, revision,
-                 updated_at)
+                 updated_at, created_at, metadata)   index (updated_at DESC, id)
     messages    (id INTEGER PRIMARY KEY = session key << 32 | seq, json)   one row a message
+    history     (id INTEGER PRIMARY KEY = session key << 32 | seq, json)   what compaction
+                                                                          replaced
     checkpoints (key TEXT PRIMARY KEY, session_id, json, updated_at)
     approvals   (id TEXT PRIMARY KEY, session_id, status, reason, json, created_at,
                  resolved_at)
     leases      (session_id TEXT PRIMARY KEY, owner, expires_at, token)
+
+The ``sessions`` row is also the session's catalog entry: ``length`` is the message count
+``info`` and ``list`` report (neither reads a message row), ``list`` is one range of the
+``(updated_at DESC, id)`` index, and a session with metadata only is a row with length 0
+(revision None). ``append`` and ``commit_turn`` keep it current with the one ``UPDATE`` they
+always made.
 
 A message's rowid is its session's integer key (never reused, thanks to AUTOINCREMENT)
 shifted left 32 bits plus its position, so the table needs no index of its own and a
@@ -23,7 +31,7 @@ Fencing: every acquisition of a session's lease adds one to ``leases.token`` and
 a released lease keeps its row (owner ``''``), so tokens only grow. A write given
 ``fence=`` checks the session's token inside the write's own transaction (one ``SELECT``, or
 a ``NOT EXISTS`` guard on a single-statement write) and raises LeaseLostError, writing
-nothing, when a newer token exists. Schema version 1 files are migrated on open.
+nothing, when a newer token exists. Files of schema versions 1 and 2 are migrated on open.
 
 Durability (``synchronous``): ``"full"`` (default) syncs the WAL when a turn is committed
 and whenever something is promised to a caller or another process: transcripts, approvals,
@@ -59,12 +67,14 @@ opens its own connection there.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import (
     dumps_approval,
     dumps_checkpoint,
@@ -72,7 +82,13 @@ from ..codec import (
     loads_approval,
     loads_checkpoint,
 )
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    SessionExistsError,
+    StoreCorruptError,
+)
+from ..ids import is_session_id
 from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
@@ -92,7 +108,7 @@ from ._common import (
 )
 from ._lease import owner_is_dead, poll_until
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
-from ._sqlite_rows import decode_transcript, load_rows
+from ._sqlite_rows import INFO_COLUMNS, decode_history, decode_info, decode_transcript, load_rows
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -168,8 +184,9 @@ class SqliteSessionStore:
         return messages
 
     def save(self, id: str, messages: Sequence[Message], *, fence: Fence | None = None) -> None:
-        """Replace the transcript; an empty sequence deletes the session. With ``fence``,
-        LeaseLostError (nothing written) when a newer lease token exists."""
+        """Replace the transcript; an empty sequence forgets the transcript and the history
+        (a session with metadata stays in the catalog). With ``fence``, LeaseLostError
+        (nothing written) when a newer lease token exists."""
         validate_session_id(id)
         token = fence_token_of(fence, id)
         texts = [dumps_message(m) for m in messages]
@@ -177,30 +194,24 @@ class SqliteSessionStore:
         def write(c: Conn) -> None:
             c.execute("BEGIN IMMEDIATE")
             _check_fence(self._db, c, id, token)
-            row = c.execute("SELECT key FROM sessions WHERE id = ?", (id,)).fetchone()
-            if row is not None:
-                c.execute("DELETE FROM messages WHERE id >= ? AND id < ?",
-                          (row[0] * SPAN, (row[0] + 1) * SPAN))
-            if not texts:
-                c.execute("DELETE FROM sessions WHERE id = ?", (id,))
-            else:
-                if row is None:
-                    key = _insert_session(c, id, len(texts))
-                else:
-                    key = row[0]
-                    c.execute(
-                        "UPDATE sessions SET length = ?, revision = revision + 1,"
-                        " updated_at = ? WHERE key = ?",
-                        (len(texts), time.time(), key),
-                    )
-                _insert_messages(c, key, 0, texts)
+            _replace(c, id, texts)
             c.execute("COMMIT")
 
         self._db.run("save a session", write, id)
 
     def delete(self, id: str) -> None:
-        """Forget the id and its messages (no error when absent)."""
-        self.save(id, ())
+        """Forget the id: its messages, history and metadata (no error when absent)."""
+        validate_session_id(id)
+
+        def forget(c: Conn) -> None:
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute("SELECT key FROM sessions WHERE id = ?", (id,)).fetchone()
+            if row is not None:
+                _drop_rows(c, row[0], history=True)
+                c.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
+            c.execute("COMMIT")
+
+        self._db.run("delete a session", forget, id)
 
     def append(
         self,
@@ -225,19 +236,13 @@ class SqliteSessionStore:
         check_length(id, expected, actual, _where(self._db), path=self._db.path)
 
     def revision(self, id: str) -> object:
-        """A token that changes on every write of ``id``'s transcript; None when absent."""
+        """A token that changes on every write of ``id``'s transcript; None when it has
+        none (absent, or metadata only)."""
         validate_session_id(id)
-        row = self._db.run(
-            "read a session's revision",
-            lambda c: c.execute(
-                "SELECT key, revision FROM sessions WHERE id = ?", (id,)
-            ).fetchone(),
-            id,
-        )
-        return None if row is None else (row[0], row[1])
+        return self._db.run("read a session's revision", lambda c: _revision(c, id), id)
 
     def ids(self) -> list[str]:
-        """Stored session ids, sorted."""
+        """Stored session ids (with a transcript or metadata), sorted."""
         rows = self._db.run(
             "list sessions", lambda c: c.execute("SELECT id FROM sessions ORDER BY id").fetchall()
         )
@@ -334,22 +339,213 @@ class SqliteSessionStore:
         validate_session_id(id)
         return self._db.run("read a fence token", lambda c: _token_of(c, id), id)
 
+    # --- the catalog (Catalogued) ---------------------------------------------------------
+    def info(self, id: str) -> SessionInfo | None:
+        """The catalog entry of ``id`` (one row; the transcript is not read), or None."""
+        validate_session_id(id)
+        row = self._db.run(
+            "read a session's catalog entry",
+            lambda c: c.execute(
+                f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = ?", (id,)
+            ).fetchone(),
+            id,
+        )
+        return None if row is None else decode_info(row, self._db.path)
 
-def _insert_session(c: Conn, id: str, length: int) -> int:
+    def set_metadata(self, id: str, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata of ``id`` (``{}`` removes it), creating the catalog entry
+        when absent; the transcript and its revision stay."""
+        validate_session_id(id)
+        text = check_metadata(metadata, id)
+
+        def write(c: Conn) -> None:
+            now = time.time()
+            if text != "{}":
+                c.execute(
+                    "INSERT INTO sessions (id, length, revision, created_at, updated_at,"
+                    " metadata) VALUES (?1, 0, 0, ?2, ?2, ?3) ON CONFLICT (id) DO UPDATE SET"
+                    " metadata = excluded.metadata, updated_at = excluded.updated_at",
+                    (id, now, text),
+                )
+                return
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("UPDATE sessions SET metadata = NULL, updated_at = ? WHERE id = ?",
+                      (now, id))
+            c.execute("DELETE FROM sessions WHERE id = ? AND length = 0", (id,))
+            c.execute("COMMIT")
+
+        self._db.run("set a session's metadata", write, id)
+
+    def history(self, id: str) -> list[Message]:
+        """The messages compaction replaced in ``id``, oldest first ([] when none)."""
+        validate_session_id(id)
+        rows = self._db.run(
+            "read a session's history",
+            lambda c: c.execute(
+                "SELECT h.id & 4294967295, CAST(h.json AS BLOB) FROM sessions s JOIN history h"
+                " ON h.id >= s.key * ?2 AND h.id < (s.key + 1) * ?2 WHERE s.id = ?1"
+                " ORDER BY h.id",
+                (id, SPAN),
+            ).fetchall(),
+            id,
+        )
+        messages, problem = decode_history(rows)
+        del rows
+        if problem is not None:
+            raise StoreCorruptError(
+                f"session {id!r} in the SQLite store at {self._db.path} cannot be read: "
+                f"{problem} (the file is damaged; it was left as it was; stored content is "
+                "not shown)",
+                path=self._db.path,
+                session_id=id,
+            )
+        return messages
+
+    def compact(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        replaced: Sequence[Message],
+        fence: Fence | None = None,
+    ) -> None:
+        """In one transaction: add ``replaced`` to the history and replace the transcript
+        with ``messages`` (as ``save``, also with ``fence``)."""
+        validate_session_id(id)
+        token = fence_token_of(fence, id)
+        texts = [dumps_message(m) for m in messages]
+        old = [dumps_message(m) for m in replaced]
+
+        def write(c: Conn) -> None:
+            c.execute("BEGIN IMMEDIATE")
+            _check_fence(self._db, c, id, token)
+            key = _replace(c, id, texts)
+            if key is not None and old:
+                last = c.execute(
+                    "SELECT max(id) FROM history WHERE id >= ? AND id < ?",
+                    (key * SPAN, (key + 1) * SPAN),
+                ).fetchone()[0]
+                _insert_rows(c, "history", key, 0 if last is None else last % SPAN + 1, old)
+            c.execute("COMMIT")
+
+        self._db.run("compact a session", write, id)
+
+    def create(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> None:
+        """Create ``id`` with a transcript, metadata and history in one transaction;
+        SessionExistsError (nothing written) when it has messages or metadata."""
+        validate_session_id(id)
+        text = check_metadata(metadata or {}, id)
+        stored = None if text == "{}" else text
+        texts = [dumps_message(m) for m in messages]
+        old = [dumps_message(m) for m in history]
+
+        def write(c: Conn) -> None:
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute(
+                "SELECT key, length != 0 OR metadata IS NOT NULL FROM sessions WHERE id = ?",
+                (id,),
+            ).fetchone()
+            if row is not None and row[1]:
+                raise SessionExistsError(
+                    f"session {id!r} exists already in the SQLite store at {self._db.path}",
+                    path=self._db.path,
+                    session_id=id,
+                )
+            if row is not None:  # an entry with neither: start afresh
+                _drop_rows(c, row[0], history=True)
+                c.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
+            if texts or stored is not None:
+                key = _insert_session(c, id, len(texts), stored)
+                _insert_rows(c, "messages", key, 0, texts)
+                if texts:
+                    _insert_rows(c, "history", key, 0, old)
+            c.execute("COMMIT")
+
+        self._db.run("create a session", write, id)
+
+    def list(
+        self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> SessionPage:
+        """One page of the catalog, newest ``updated_at`` first, then by id: one indexed
+        query of the ``sessions`` table (no message row is read)."""
+        prefix, limit, cursor = check_list_args(prefix, limit, after)
+        if prefix and not is_session_id(prefix):
+            return SessionPage(())  # no id can start with it
+        where: builtins.list[str] = []
+        params: builtins.list[object] = []
+        if prefix:  # ids are ASCII letters, digits, '_' and '-': all below '\x7f'
+            where.append("id >= ? AND id < ?")
+            params += [prefix, prefix + "\x7f"]
+        if cursor is not None:
+            where.append("updated_at <= ? AND (updated_at < ? OR id > ?)")
+            params += [cursor[0], cursor[0], cursor[1]]
+        sql = (
+            f"SELECT {INFO_COLUMNS} FROM sessions"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY updated_at DESC, id LIMIT ?"
+        )
+        params.append(limit + 1)
+        rows = self._db.run("list sessions", lambda c: c.execute(sql, params).fetchall())
+        return page_from([decode_info(r, self._db.path) for r in rows], limit)
+
+
+def _insert_session(c: Conn, id: str, length: int, metadata: str | None = None) -> int:
+    now = time.time()
     cur = c.execute(
-        "INSERT INTO sessions (id, length, revision, updated_at) VALUES (?, ?, 1, ?)",
-        (id, length, time.time()),
+        "INSERT INTO sessions (id, length, revision, created_at, updated_at, metadata)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (id, length, 1 if length else 0, now, now, metadata),
     )
     key = cur.lastrowid
     assert key is not None
     return key
 
 
-def _insert_messages(c: Conn, key: int, start: int, texts: list[str]) -> None:
+def _insert_rows(c: Conn, table: str, key: int, start: int, texts: list[str]) -> None:
+    """Rows of ``table`` (``messages`` or ``history``) for session ``key`` from ``start``."""
     c.executemany(
-        "INSERT INTO messages (id, json) VALUES (?, ?)",
+        f"INSERT INTO {table} (id, json) VALUES (?, ?)",
         [(key * SPAN + start + i, text) for i, text in enumerate(texts)],
     )
+
+
+def _drop_rows(c: Conn, key: int, *, history: bool) -> None:
+    """Delete session ``key``'s message rows (and its history rows)."""
+    for table in ("messages", "history") if history else ("messages",):
+        c.execute(f"DELETE FROM {table} WHERE id >= ? AND id < ?", (key * SPAN, (key + 1) * SPAN))
+
+
+def _replace(c: Conn, id: str, texts: list[str]) -> int | None:
+    """Inside the caller's transaction: replace the transcript of ``id`` with ``texts``
+    (none: drop it and the history, and the entry unless it has metadata). Returns the
+    session key, or None when the session has no transcript now."""
+    row = c.execute(
+        "SELECT key, metadata IS NOT NULL FROM sessions WHERE id = ?", (id,)
+    ).fetchone()
+    if row is None:
+        if not texts:
+            return None
+        key = _insert_session(c, id, len(texts))
+    else:
+        key = row[0]
+        _drop_rows(c, key, history=not texts)
+        if not texts and not row[1]:
+            c.execute("DELETE FROM sessions WHERE key = ?", (key,))
+            return None
+        c.execute(
+            "UPDATE sessions SET length = ?, revision = revision + 1, updated_at = ?"
+            " WHERE key = ?",
+            (len(texts), time.time(), key),
+        )
+    _insert_rows(c, "messages", key, 0, texts)
+    return key if texts else None
 
 
 def _must_sync(checkpoint: Checkpoint) -> bool:
@@ -620,7 +816,7 @@ class SqliteStore(LeaseForwarding, Closing):
             row = c.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
             self.sessions.check_length(id, expected_length, 0 if row is None else row[0])
             key, revision = _insert_session(c, id, n), 1  # absent and expected_length == 0
-        _insert_messages(c, key, expected_length, texts)
+        _insert_rows(c, "messages", key, expected_length, texts)
         return key, revision
 
     def prune(self, older_than_s: float) -> PruneResult:
@@ -637,7 +833,8 @@ class SqliteStore(LeaseForwarding, Closing):
                 " (SELECT session_id FROM leases WHERE expires_at > ?2)"
             )
             c.execute("BEGIN IMMEDIATE")
-            c.execute(f"DELETE FROM messages WHERE id / {SPAN} IN ({stale})", (cutoff, now))
+            for table in ("messages", "history"):
+                c.execute(f"DELETE FROM {table} WHERE id / {SPAN} IN ({stale})", (cutoff, now))
             sessions = c.execute(f"DELETE FROM sessions WHERE key IN ({stale})", (cutoff, now))
             checkpoints = c.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,))
             approvals = c.execute(
@@ -658,6 +855,8 @@ class SqliteStore(LeaseForwarding, Closing):
 
 
 def _revision(c: Conn, id: str) -> object:
-    row = c.execute("SELECT key, revision FROM sessions WHERE id = ?", (id,)).fetchone()
+    row = c.execute(
+        "SELECT key, revision FROM sessions WHERE id = ? AND length != 0", (id,)
+    ).fetchone()
     return None if row is None else (row[0], row[1])
 
