@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import heapq
 import json
 import logging
 import os
@@ -303,7 +304,8 @@ class _Meta:
 @attrs.frozen(slots=True)
 class _Row:
     """A session's catalog entry; None counts: read them from the transcript (no sidecar,
-    or one that does not match the transcript)."""
+    or one that does not match the transcript); ``stored``: the sidecar's counts, for a
+    transcript that is not even JSON."""
 
     id: str
     created_at: float
@@ -311,6 +313,7 @@ class _Row:
     metadata: dict[str, Any]
     messages: int | None
     history_length: int | None
+    stored: tuple[int, int] = (0, 0)
 
 
 def _mtime(rev: tuple[int, int]) -> float:
@@ -334,7 +337,7 @@ def _row(id: str, meta: _Meta | None, rev: Rev) -> _Row | None:
         return _Row(id, meta.created_at, meta.updated_at, meta.metadata, 0, 0) \
             if meta.metadata else None
     return _Row(id, meta.created_at, max(meta.updated_at, _mtime(rev)), meta.metadata,
-                None, None)
+                None, None, (meta.messages, meta.history_length))
 
 
 def _number(value: object) -> bool:
@@ -483,14 +486,29 @@ class FileSessionStore:
                 session_id=id,
             ) from exc
 
-    def _read_meta(self, id: str) -> _Meta | None:
-        path = self._meta_path(id)
-        data = self._read_bytes(id, path)
+    def _read_meta(self, id: str, dir_fd: int | None = None) -> _Meta | None:
+        """The sidecar of ``id`` (None when absent); ``dir_fd``: an open descriptor of the
+        directory, so that ``list`` opens 10,000 sidecars without resolving their paths."""
+        if dir_fd is None:
+            data = self._read_bytes(id, self._meta_path(id))
+        else:
+            try:
+                fd = os.open(f"{id}.meta.json", os.O_RDONLY, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise _unavailable("read", self._meta_path(id), exc, id) from exc
+            try:
+                with open(fd, "rb", closefd=True) as f:
+                    data = f.read()
+            except OSError as exc:
+                raise _unavailable("read", self._meta_path(id), exc, id) from exc
         if data is None:
             return None
         try:
             return _parse_meta(data)
         except StoreCorruptError as exc:
+            path = self._meta_path(id)
             raise StoreCorruptError(
                 f"the catalog sidecar {path} of {self._where(id)} cannot be read ({exc}); it "
                 "was left as it is: repair it, or delete it to keep the transcript without "
@@ -546,19 +564,36 @@ class FileSessionStore:
     def _exists(self, id: str) -> bool:
         return any(p.exists() for p in (self.path_for(id), self._meta_path(id)))
 
+    def _peek(self, id: str) -> tuple[int, int] | None:
+        """The message count and ``history_length`` of the transcript, from its JSON without
+        loading the messages (a damaged message still counts: ``load`` reports it); None
+        when it is absent or not a transcript document."""
+        data = self._read_bytes(id, self.path_for(id))
+        if data is None:
+            return None
+        try:
+            d = decode(data)
+        except ValueError:
+            return None
+        messages = d.get("messages") if isinstance(d, dict) else None
+        if not isinstance(messages, builtins.list):
+            return None
+        history = d.get("history_length", 0)
+        return len(messages), history if _count(history) else 0
+
     def _messages(self, row: _Row) -> int:
         if row.messages is not None:
             return row.messages
-        doc = self._read_doc(row.id, self.path_for(row.id))
-        return 0 if doc is None else len(doc[0])
+        peek = self._peek(row.id)
+        return row.stored[0] if peek is None else peek[0]
 
     def _history_length(self, row: _Row | None) -> int:
         if row is None:
             return 0
         if row.history_length is not None:
             return row.history_length
-        doc = self._read_doc(row.id, self.path_for(row.id))
-        return 0 if doc is None else doc[1]
+        peek = self._peek(row.id)
+        return row.stored[1] if peek is None else peek[1]
 
     def _info(self, row: _Row) -> SessionInfo:
         return SessionInfo(id=row.id, messages=self._messages(row), created_at=row.created_at,
@@ -906,12 +941,38 @@ class FileSessionStore:
             self._clear(id, row, keep_metadata=False)
             return True
 
+    def _rows(
+        self,
+        transcripts: dict[str, os.DirEntry[str]],
+        sidecars: set[str],
+        cursor: tuple[float, str] | None,
+        rows: builtins.list[_Row],
+        dir_fd: int,
+    ) -> None:
+        """Add to ``rows`` the catalog entries after ``cursor`` of the sessions found."""
+        for sid in transcripts.keys() | sidecars:
+            rev: Rev = None
+            entry = transcripts.get(sid)
+            if entry is not None:
+                try:
+                    st = entry.stat()
+                    rev = (st.st_mtime_ns, st.st_size)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise _unavailable("stat", Path(entry.path), exc, sid) from exc
+            row = _row(sid, self._read_meta(sid, dir_fd) if sid in sidecars else None, rev)
+            if row is not None and (cursor is None or row.updated_at < cursor[0] or (
+                    row.updated_at == cursor[0] and row.id > cursor[1])):
+                rows.append(row)
+
     def list(
         self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
     ) -> SessionPage:
         """One page of the catalog, newest first (see :class:`~lousho_sync.stores.base.
-        Catalogued`): reads every sidecar whose id has ``prefix`` and ``stat`` s the
-        transcripts; counts only the page's sessions that have no matching sidecar."""
+        Catalogued`): reads the sidecars of the ids with ``prefix`` and stats their
+        transcripts; only a session on the page without a matching sidecar is counted
+        from its transcript."""
         prefix, limit, cursor = check_list_args(prefix, limit, after)
         transcripts: dict[str, os.DirEntry[str]] = {}
         sidecars: set[str] = set()
@@ -931,23 +992,16 @@ class FileSessionStore:
         except OSError as exc:
             raise _unavailable("list", self._dir, exc) from exc
         rows: builtins.list[_Row] = []
-        for sid in transcripts.keys() | sidecars:
-            rev: Rev = None
-            entry = transcripts.get(sid)
-            if entry is not None:
-                try:
-                    st = entry.stat()
-                    rev = (st.st_mtime_ns, st.st_size)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise _unavailable("stat", Path(entry.path), exc, sid) from exc
-            row = _row(sid, self._read_meta(sid) if sid in sidecars else None, rev)
-            if row is not None and (cursor is None or row.updated_at < cursor[0] or (
-                    row.updated_at == cursor[0] and row.id > cursor[1])):
-                rows.append(row)
-        rows.sort(key=lambda r: (-r.updated_at, r.id))
-        return page_from([self._info(r) for r in rows[: limit + 1]], limit)
+        try:
+            dir_fd = os.open(self._dir, os.O_RDONLY)
+        except OSError as exc:
+            raise _unavailable("list", self._dir, exc) from exc
+        try:
+            self._rows(transcripts, sidecars, cursor, rows, dir_fd)
+        finally:
+            os.close(dir_fd)
+        ordered = heapq.nsmallest(limit + 1, rows, key=lambda r: (-r.updated_at, r.id))
+        return page_from([self._info(r) for r in ordered], limit)
 
 
 def _storage(storage: StorageService | str | os.PathLike[str]) -> StorageService:
