@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from .turns import session_of
+from .catalog import LIST_LIMIT_MAX
+from .stores.base import supports_catalog
+from .turns import session_key, session_of
 
-__all__ = ["StoreProblem", "open_store", "probe_writable", "shown", "stored_session_ids"]
+__all__ = [
+    "StoreProblem",
+    "listed_sessions",
+    "open_store",
+    "probe_writable",
+    "sessions_table",
+    "shown",
+    "stored_session_ids",
+]
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -162,3 +173,61 @@ def stored_session_ids(store: Any) -> list[str]:
                 ids.add(sid)
     return sorted(ids)
 
+
+
+def listed_sessions(store: Any, agent: Any, prefix: str | None) -> list[dict[str, Any]]:
+    """The rows of ``lousho sessions list``, newest first, read from the store's catalog
+    (no transcript is loaded except of a session with a pending turn), then the sessions
+    that hold only a pending turn."""
+    keys = set(store.checkpoints.keys("")) if getattr(store, "checkpoints", None) else set()
+    rows: list[dict[str, Any]] = []
+    if supports_catalog(store.sessions):
+        after = None
+        while True:
+            page = store.sessions.list(prefix=prefix, limit=LIST_LIMIT_MAX, after=after)
+            for info in page:
+                rows.append({"id": info.id, "messages": info.messages,
+                             "created_at": info.created_at, "updated_at": info.updated_at,
+                             "title": info.title, "metadata": dict(info.metadata),
+                             "pending": None})
+            if page.next is None:
+                break
+            after = page.next
+    else:
+        for sid in store.sessions.ids():
+            if prefix is None or sid.startswith(prefix):
+                rows.append({"id": sid, "messages": len(store.sessions.load(sid) or ()),
+                             "created_at": None, "updated_at": None, "title": None,
+                             "metadata": {}, "pending": None})
+    seen = {row["id"] for row in rows}
+    for key in sorted(keys):
+        sid = session_of(key)
+        if sid is not None and sid not in seen and (prefix is None or sid.startswith(prefix)):
+            seen.add(sid)
+            rows.append({"id": sid, "messages": 0, "created_at": None, "updated_at": None,
+                         "title": None, "metadata": {}, "pending": None})
+    for row in rows:
+        if session_key(row["id"], row["messages"]) in keys:
+            pending = agent.session(id=row["id"]).pending()
+            row["pending"] = None if pending is None else pending.status
+    return rows
+
+
+def sessions_table(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as the text table of ``lousho sessions list`` ('' when there are none)."""
+    if not rows:
+        return ""
+
+    def when(t: float | None) -> str:
+        return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+    table = [("ID", "MESSAGES", "UPDATED", "TITLE")] + [
+        (r["id"], str(r["messages"]), when(r["updated_at"]),
+         (r["title"] or "-") + (f"  (pending turn: {r['pending']})" if r["pending"] else ""))
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    return "".join(
+        f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() + "\n"
+        for a, b, c, d in table
+    )

@@ -17,7 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._cli_store import StoreProblem, open_store, probe_writable, shown, stored_session_ids
+from ._cli_store import (
+    StoreProblem,
+    listed_sessions,
+    open_store,
+    probe_writable,
+    sessions_table,
+    shown,
+    stored_session_ids,
+)
 from .turns import session_prefix
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main", "open_store"]
@@ -59,18 +67,29 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", default=None,
                       help=f"provider/model (default: $LOUSHO_MODEL or {DEFAULT_MODEL})")
     chat.add_argument("--store", default=DEFAULT_STORE, help=store_help)
-    sessions = sub.add_parser("sessions", help="list, show, delete or prune stored sessions")
+    sessions = sub.add_parser("sessions", help="list, show, undo, fork, delete or prune stored "
+                                               "sessions")
     sessions.add_argument("--store", default=DEFAULT_STORE, help=store_help)
     ssub = sessions.add_subparsers(dest="action", required=True)
-    listing = ssub.add_parser("list", help="session ids (also those with only a pending turn)")
+    listing = ssub.add_parser("list", help="sessions, newest first: id, messages, last update "
+                                           "and title (also those with only a pending turn)")
+    listing.add_argument("--prefix", default=None, help="only ids starting with this")
     show = ssub.add_parser("show", help="a session's transcript")
     show.add_argument("id")
+    undo = ssub.add_parser("undo", help="remove the last N turns of a session (default 1)")
+    undo.add_argument("id")
+    undo.add_argument("turns", nargs="?", type=int, default=1)
+    fork = ssub.add_parser("fork", help="copy a session to a new id (a new UUID unless given)")
+    fork.add_argument("id")
+    fork.add_argument("new_id", nargs="?", default=None)
+    fork.add_argument("--at-turn", type=int, default=None,
+                      help="copy only the first N turns (default: all)")
     delete = ssub.add_parser("delete", help="delete a session and its pending turn")
     delete.add_argument("id")
     prune = ssub.add_parser("prune", help="delete what was not updated for a while")
     prune.add_argument("--older-than", required=True, type=_duration, help="e.g. 7d, 12h")
     prune.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    for p in (listing, show, delete, prune):
+    for p in (listing, show, undo, fork, delete, prune):
         p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -186,12 +205,11 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     store = open_store(args.store, create=False)
     agent = _agent(store)
     if args.action == "list":
-        infos = [_session_info(agent.session(id=sid)) for sid in stored_session_ids(store)]
+        rows = listed_sessions(store, agent, args.prefix)
         if args.json:
-            out.write(json.dumps(infos, indent=2) + "\n")
-        for info in [] if args.json else infos:
-            note = f"  (pending turn: {info['pending']})" if info["pending"] else ""
-            out.write(f"{info['id']}{note}\n")
+            out.write(json.dumps(rows, indent=2) + "\n")
+        else:
+            out.write(sessions_table(rows))
         return EXIT_OK
     if args.action == "prune":
         return _prune(args, store, stdin, out)
@@ -199,6 +217,20 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     if sid not in stored_session_ids(store):
         raise _Failure(f"no session {sid!r} in the store {shown(args.store)!r}")
     session = agent.session(id=sid)
+    if args.action == "undo":
+        removed = session.undo(args.turns)
+        done = {"undone": sid, "turns": args.turns, "removed": len(removed),
+                "messages": len(session.messages)}
+        out.write(json.dumps(done) + "\n" if args.json else
+                  f"removed {args.turns} turn(s), {len(removed)} messages, from {sid} "
+                  f"({len(session.messages)} left)\n")
+        return EXIT_OK
+    if args.action == "fork":
+        fork = session.fork(args.new_id, at_turn=args.at_turn)
+        done = {"forked": sid, "into": fork.id, "messages": len(fork.messages)}
+        out.write(json.dumps(done) + "\n" if args.json else
+                  f"forked {sid} into {fork.id} ({len(fork.messages)} messages)\n")
+        return EXIT_OK
     if args.action == "show":
         info = _session_info(session)
         messages = [{"role": m.role, "text": m.text,

@@ -149,10 +149,12 @@ def test_a_failed_turn_is_shown_pending_and_retry_prints_its_answer(tmp_path: Pa
         assert chat.exit() == 0
 
         # only a pending turn, no transcript yet: still listed, counted and shown
-        listed = lousho("sessions", "--store", str(db), "list")
-        assert listed.returncode == 0 and listed.stdout == "c1  (pending turn: interrupted)\n"
+        table = lousho("sessions", "--store", str(db), "list")
+        assert table.returncode == 0 and table.stdout.splitlines()[1].split() == [
+            "c1", "0", "-", "-", "(pending", "turn:", "interrupted)"]
         as_json = json.loads(lousho("sessions", "--store", str(db), "list", "--json").stdout)
-        assert as_json == [{"id": "c1", "messages": 0, "pending": "interrupted"}]
+        assert as_json == [{"id": "c1", "messages": 0, "created_at": None, "updated_at": None,
+                            "title": None, "metadata": {}, "pending": "interrupted"}]
         shown = lousho("sessions", "--store", str(db), "show", "c1")
         assert shown.returncode == 0 and shown.stdout == "(a turn is pending: interrupted)\n"
 
@@ -437,6 +439,58 @@ class socket_closed_port:
         pass
 
 
+def listed(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """The ids of a ``lousho sessions list`` table (its first line is the header)."""
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not lines or lines[0].split() == ["ID", "MESSAGES", "UPDATED", "TITLE"]
+    return [line.split()[0] for line in lines[1:]]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files"])
+def test_sessions_list_shows_counts_titles_and_undo_fork(kind: str, tmp_path: Path) -> None:
+    path = str(tmp_path / "agent.db") if kind == "sqlite" else str(tmp_path / "store") + "/"
+    agent = create_agent(provider=ScriptedProvider(default="pong"), store=open_store(path))
+    trip = agent.session(id="trip")
+    trip.set_metadata({"title": "Oslo in May", "owner": "ana"})
+    for text in ("flights?", "hotels?", "trains?"):
+        trip.send(text)
+    agent.session(id="notes").send("hi")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return lousho("sessions", "--store", path, *args)
+
+    table = run("list").stdout.splitlines()
+    assert [line.split()[:2] for line in table[1:]] == [["notes", "2"], ["trip", "6"]]
+    assert table[1].rstrip().endswith("-") and table[2].rstrip().endswith("Oslo in May")
+    rows = json.loads(run("list", "--json").stdout)
+    assert [(r["id"], r["messages"], r["title"], r["pending"]) for r in rows] == [
+        ("notes", 2, None, None), ("trip", 6, "Oslo in May", None)]
+    assert rows[1]["metadata"] == {"title": "Oslo in May", "owner": "ana"}
+    assert rows[0]["updated_at"] >= rows[1]["updated_at"] >= rows[1]["created_at"] > 0
+    assert listed(run("list", "--prefix", "tr")) == ["trip"]
+
+    undone = run("undo", "trip", "--json")
+    assert json.loads(undone.stdout) == {"undone": "trip", "turns": 1, "removed": 2,
+                                         "messages": 4}
+    assert run("undo", "trip", "2").stdout == "removed 2 turn(s), 4 messages, from trip (0 left)\n"
+    too_many = run("undo", "trip")
+    assert too_many.returncode == 2 and "holds 0 turn(s)" in too_many.stderr
+    agent.session(id="trip").send("again?")
+    forked = run("fork", "trip", "trip-2", "--json")
+    assert json.loads(forked.stdout) == {"forked": "trip", "into": "trip-2", "messages": 2}
+    again = run("fork", "trip", "trip-2")
+    assert again.returncode == 1 and "'trip-2'" in again.stderr and "exists" in again.stderr
+    auto = run("fork", "notes", "--at-turn", "0").stdout
+    assert auto.startswith("forked notes into ") and auto.endswith(" (0 messages)\n")
+    later = create_agent(provider=ScriptedProvider(default="pong"), store=open_store(path))
+    assert later.session(id="trip-2").metadata == {
+        "title": "Oslo in May", "owner": "ana", "forked_from": "trip"}
+    assert [m.text for m in later.session(id="trip-2").messages] == ["again?", "pong"]
+    assert listed(run("list"))[0] != "trip"  # the forks are newer
+    assert run("undo", "nobody").returncode == 1
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "files"])
 def test_sessions_list_show_delete_prune(kind: str, tmp_path: Path) -> None:
     path = str(tmp_path / "agent.db") if kind == "sqlite" else str(tmp_path / "store") + "/"
@@ -447,7 +501,7 @@ def test_sessions_list_show_delete_prune(kind: str, tmp_path: Path) -> None:
     def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         return lousho("sessions", "--store", path, *args, stdin=stdin)
 
-    assert run("list").stdout.split() == ["alpha", "beta"]
+    assert listed(run("list")) == ["beta", "alpha"]  # newest first
     assert run("show", "alpha").stdout.splitlines() == ["user: ping", "assistant: pong"]
     shown = json.loads(run("show", "alpha", "--json").stdout)
     assert shown == {"id": "alpha", "messages": 2, "pending": None, "transcript": [
@@ -455,7 +509,7 @@ def test_sessions_list_show_delete_prune(kind: str, tmp_path: Path) -> None:
         {"role": "assistant", "text": "pong", "tool_calls": []}]}
     deleted = run("delete", "alpha", "--json")
     assert deleted.returncode == 0 and json.loads(deleted.stdout) == {"deleted": "alpha"}
-    assert run("list").stdout.split() == ["beta"]
+    assert listed(run("list")) == ["beta"]
     missing = run("show", "alpha")
     assert missing.returncode == 1 and "no session 'alpha'" in missing.stderr
     gone = run("delete", "alpha")
@@ -468,7 +522,7 @@ def test_sessions_list_show_delete_prune(kind: str, tmp_path: Path) -> None:
     assert refused.returncode == 1 and "nothing pruned" in refused.stderr
     assert "[y/N]" in refused.stderr and refused.stdout == ""
     assert run("prune", "--older-than", "0s").returncode == 1  # no answer: nothing either
-    assert run("list").stdout.split() == ["beta"]
+    assert listed(run("list")) == ["beta"]
     kept = run("prune", "--older-than", "7d", "--yes", "--json")
     assert kept.returncode == 0, kept.stderr
     assert json.loads(kept.stdout) == {"pruned": {"sessions": 0, "checkpoints": 0,
@@ -485,7 +539,7 @@ def test_delete_removes_a_session_that_holds_only_a_pending_turn(tmp_path: Path)
         store=SqliteStore(db))
     with pytest.raises(ProviderError):
         agent.session(id="p1").send("go")
-    assert lousho("sessions", "--store", str(db), "list").stdout.split()[0] == "p1"
+    assert listed(lousho("sessions", "--store", str(db), "list")) == ["p1"]
     assert lousho("sessions", "--store", str(db), "delete", "p1").stdout == "deleted p1\n"
     assert lousho("sessions", "--store", str(db), "list").stdout == ""
     assert stored(db).session(id="p1").pending() is None

@@ -204,6 +204,117 @@ def test_a_retried_commit_or_resolve_sees_its_own_write(store: Any) -> None:
     assert texts(store.sessions.load("s1")) == ["a", "b"]
 
 
+# --- the session catalog (schema version 2) -------------------------------------------------
+
+
+def test_a_version_1_schema_is_migrated_and_its_sessions_catalogued(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    """A store written by schema version 1 (no catalog columns, no history table) is
+    migrated forward on first use: its sessions load, are listed with created_at =
+    updated_at, and take metadata and compaction."""
+    from lousho_sync.postgres import SCHEMA_VERSION, PostgresStore
+    from lousho_sync.stores._postgres_db import _MIGRATIONS
+
+    s = f'"{postgres_schema}"'
+    _sql(postgres_url, f"CREATE SCHEMA {s}")
+    for statement in _MIGRATIONS[1]:
+        _sql(postgres_url, statement.replace("{s}", s))
+    _sql(postgres_url, f"CREATE TABLE {s}.schema_version (version integer NOT NULL)")
+    _sql(postgres_url, f"INSERT INTO {s}.schema_version VALUES (1)")
+    for key, (id, when) in enumerate([("old-a", 1000.25), ("old-b", 2000.5)], start=1):
+        _sql(postgres_url, f"INSERT INTO {s}.sessions (key, id, length, revision, updated_at)"
+             " VALUES (%s, %s, 2, 3, %s)", key, id, when)
+        for seq, text in enumerate([f"{id} q", f"{id} a"]):
+            role = "user" if seq == 0 else "assistant"
+            _sql(postgres_url, f"INSERT INTO {s}.messages VALUES (%s, %s, %s)", key, seq,
+                 f'{{"role":"{role}","content":"{text}"}}')
+    _sql(postgres_url, f"SELECT setval(pg_get_serial_sequence('{s}.sessions', 'key'), 2)")
+
+    with PostgresStore(postgres_url, schema=postgres_schema) as store:
+        assert texts(store.sessions.load("old-a")) == ["old-a q", "old-a a"]
+        assert _sql(postgres_url, f"SELECT version FROM {s}.schema_version") == [
+            (SCHEMA_VERSION,)]
+        info = store.sessions.info("old-a")
+        assert (info.messages, info.created_at, info.updated_at, info.metadata) == (
+            2, 1000.25, 1000.25, {})
+        assert [i.id for i in store.sessions.list()] == ["old-b", "old-a"]
+        assert store.sessions.revision("old-a") == (1, 3)
+        store.sessions.set_metadata("old-a", {"title": "kept"})
+        store.sessions.compact("old-a", [user("summary")], replaced=[user("old-a q")])
+        assert texts(store.sessions.history("old-a")) == ["old-a q"]
+        assert [i.id for i in store.sessions.list()] == ["old-a", "old-b"]
+        assert store.sessions.info("old-a").title == "kept"
+        assert store.sessions.info("old-a").created_at == 1000.25
+        store.sessions.append("new", [user("n")], expected_length=0)  # the key sequence goes on
+        assert store.sessions.ids() == ["new", "old-a", "old-b"]
+
+
+def test_damaged_metadata_or_history_names_the_session_never_the_content(
+    store: Any, postgres_url: str, postgres_schema: str
+) -> None:
+    s = f'"{postgres_schema}"'
+    store.sessions.save("s1", [user("a")])
+    store.sessions.set_metadata("s1", {"title": "t"})
+    for bad in ('{"title": "my private text"', '["my private text"]', '"my private text"'):
+        _sql(postgres_url, f"UPDATE {s}.sessions SET metadata = %s WHERE id = 's1'", bad)
+        for call in (lambda: store.sessions.info("s1"), lambda: store.sessions.list()):
+            with pytest.raises(StoreCorruptError) as info:
+                call()
+            err = info.value
+            assert "'s1'" in str(err) and "metadata" in str(err) and store.address in str(err)
+            assert err.session_id == "s1"
+            for obj in _reachable(err):
+                assert not (isinstance(obj, str) and "my private text" in obj), obj
+        assert texts(store.sessions.load("s1")) == ["a"]  # the transcript still reads
+    store.sessions.set_metadata("s1", {"title": "mended"})  # a write replaces the damage
+    assert store.sessions.info("s1").title == "mended"
+
+    store.sessions.compact("s1", [user("sum")], replaced=[user("a"), user("b")])
+    _sql(postgres_url, f"UPDATE {s}.history SET json = %s WHERE seq = 1", "my private text")
+    with pytest.raises(StoreCorruptError) as info:
+        store.sessions.history("s1")
+    assert "history message 1" in str(info.value) and "'s1'" in str(info.value)
+    for obj in _reachable(info.value):
+        assert not (isinstance(obj, str) and "my private text" in obj), obj
+    _sql(postgres_url, f"DELETE FROM {s}.history WHERE seq = 0")
+    with pytest.raises(StoreCorruptError, match="rows are missing"):
+        store.sessions.history("s1")
+
+
+def test_list_is_one_index_scan_and_reads_no_message(store: Any, postgres_url: str,
+                                                     postgres_schema: str) -> None:
+    s = f'"{postgres_schema}"'
+    store.sessions.ids()  # create the schema
+    _sql(postgres_url, f"INSERT INTO {s}.sessions (id, length, revision, created_at,"
+         " updated_at) SELECT 's' || g, 3, 1, g, g FROM generate_series(1, 10000) g")
+    _sql(postgres_url, f"ANALYZE {s}.sessions")
+    page = store.sessions.list(limit=100)
+    page = store.sessions.list(limit=100, after=page.next)
+    assert [i.id for i in page][:2] == ["s9900", "s9899"] and page.items[0].messages == 3
+    plan = " ".join(r[0] for r in _sql(
+        postgres_url, f"EXPLAIN SELECT id, length, created_at, updated_at, metadata FROM"
+        f" {s}.sessions WHERE updated_at <= %s AND (updated_at < %s OR id > %s)"
+        " ORDER BY updated_at DESC, id LIMIT 101", 9900.0, 9900.0, "s9900"))
+    assert "Index Scan" in plan and "sessions_by_update" in plan and "Sort" not in plan, plan
+    assert "messages" not in plan
+
+
+def test_a_retried_compaction_sees_its_own_write(store: Any) -> None:
+    from lousho_sync.stores.postgres import _replace
+
+    db = store._db
+    store.sessions.save("s1", [user("a"), user("b")])
+
+    def replace(c: Any) -> object:
+        with c.transaction():
+            return _replace(db, c, "s1", ['{"role":"user","content":"sum"}'], "op-1")
+
+    assert db.run("compact", replace) is not None
+    assert db.run("compact", replace) is None  # the retry: it landed, nothing rewritten
+    assert texts(store.sessions.load("s1")) == ["sum"]
+
+
 # --- the server restarted mid-run ------------------------------------------------------------
 
 

@@ -72,6 +72,9 @@ EXPECTED: dict[str, list[str]] = {
     "Durable sessions and crash recovery": ["True\nPendingTurn(status='interrupted'",
                                             "It has shipped.\nNone\n"],
     "Approvals": ["awaiting-approval", "Done: sent 25.00 to Bob.\n"],
+    "Listing, metadata, undo and fork": [
+        "notes 2 None\ntrip-oslo 6 Oslo in May\nundone: ['Actually, no hotel', 'Noted.']\n"
+        "trip-oslo ['Book a flight', 'Noted.']\n4 messages ever committed"],
     "In an asyncio app": ["Hello there", "Hello there"],
     "Errors": ["LOUSHO_INVALID_SESSION_ID\n"],
 }

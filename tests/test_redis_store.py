@@ -223,7 +223,9 @@ def test_session_ttl_is_set_and_refreshed_and_expired_ids_vanish(
     with RedisStore(redis_url, prefix=redis_prefix, ttl_s=600) as s:
         s.sessions.append("s1", [user("a")], expected_length=0)
         s.sessions.save("s2", [user("b")])
-        for key in ("session:s1", "session-meta:s1", "session:s2"):
+        s.sessions.set_metadata("m", {"title": "metadata only"})
+        for key in ("session:s1", "session-meta:s1", "session-info:s1", "session:s2",
+                    "session-info:m"):
             assert 0 < redis_raw.pttl(redis_prefix + key) <= 600_000
         redis_raw.pexpire(f"{redis_prefix}session:s1", 100_000)
         s.sessions.append("s1", [user("c")], expected_length=1)  # a write refreshes it
@@ -232,6 +234,9 @@ def test_session_ttl_is_set_and_refreshed_and_expired_ids_vanish(
         redis_raw.pexpire(f"{redis_prefix}session-meta:s2", 1)
         assert poll_until(lambda: not redis_raw.exists(f"{redis_prefix}session:s2"), TIMEOUT)
         assert s.sessions.load("s2") is None and s.sessions.revision("s2") is None
+        redis_raw.pexpire(f"{redis_prefix}session-info:m", 1)
+        assert poll_until(lambda: not redis_raw.exists(f"{redis_prefix}session-info:m"), TIMEOUT)
+        assert [i.id for i in s.sessions.list()] == ["s1"] and s.sessions.info("s2") is None
         assert s.sessions.ids() == ["s1"]
         assert redis_raw.zrange(f"{redis_prefix}sessions", 0, -1) == ["s1"]  # the index was cleaned
     with RedisStore(redis_url, prefix=redis_prefix) as s:  # no ttl_s: no expiry
@@ -263,10 +268,10 @@ def test_newer_layout_is_refused(redis_url: str, redis_prefix: str, redis_raw: r
     assert redis_raw.keys(redis_prefix + "*") == [f"{redis_prefix}layout"]  # nothing else written
 
 
-def test_a_layout_1_prefix_is_taken_as_layout_2_and_keeps_its_data(
+def test_a_layout_1_prefix_is_taken_as_layout_3_and_keeps_its_data(
     redis_url: str, redis_prefix: str, redis_raw: redis.Redis
 ) -> None:
-    """Layout 1 had no fence keys; read as layout 2 its sessions have token 0 so far."""
+    """Layout 1 had no fence keys; read as layout 3 its sessions have token 0 so far."""
     from lousho_sync.codec import dumps_message
 
     p = redis_prefix
@@ -277,11 +282,94 @@ def test_a_layout_1_prefix_is_taken_as_layout_2_and_keeps_its_data(
     redis_raw.set(f"{p}lease:s1", "old-host:1:x", px=600_000)  # held under layout 1
     with RedisStore(redis_url, prefix=p) as s:
         assert texts(s.sessions.load("s1")) == ["a", "b"]
-        assert redis_raw.get(f"{p}layout") == str(LAYOUT_VERSION) == "2"
+        assert redis_raw.get(f"{p}layout") == str(LAYOUT_VERSION) == "3"
         assert s.sessions.fence_token("s1") == 0
         assert s.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=60, wait_s=0) is None
         redis_raw.delete(f"{p}lease:s1")
         assert s.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=60, wait_s=0) == 1
+
+
+def test_layout_2_sessions_list_and_load_and_keep_their_times(
+    redis_url: str, redis_prefix: str, redis_raw: redis.Redis
+) -> None:
+    """Layout 2 had no session-info: created_at is the updated_at the session has so far,
+    and stays that when a later write records it."""
+    from lousho_sync.codec import dumps_message
+
+    p = redis_prefix
+    redis_raw.set(f"{p}layout", "2")
+    for id, at in (("a", 1000.25), ("b", 3000.5), ("c", 2000.125)):
+        redis_raw.rpush(f"{p}session:{id}", dumps_message(user(id)), dumps_message(user("x")))
+        redis_raw.hset(f"{p}session-meta:{id}", mapping={"rev": "7"})
+        redis_raw.zadd(f"{p}sessions", {id: at})
+    with RedisStore(redis_url, prefix=p) as s:
+        page = s.sessions.list(limit=2)
+        assert [(i.id, i.messages, i.created_at, i.updated_at, i.metadata) for i in page] == [
+            ("b", 2, 3000.5, 3000.5, {}), ("c", 2, 2000.125, 2000.125, {})]
+        assert [i.id for i in s.sessions.list(after=page.next)] == ["a"]
+        assert texts(s.sessions.load("a")) == ["a", "x"] and s.sessions.history("a") == []
+        assert redis_raw.get(f"{p}layout") == "3"
+        s.sessions.append("a", [user("y")], expected_length=2)
+        s.sessions.set_metadata("c", {"title": "C"})
+        s.sessions.compact("b", [user("sum")], replaced=[user("b")])
+        a, b, c = (s.sessions.info(id) for id in "abc")
+        assert a and b and c
+        assert (a.created_at, a.messages) == (1000.25, 3) and a.updated_at > 3000.5
+        assert (c.created_at, c.title) == (2000.125, "C")
+        assert b.created_at == 3000.5 and s.sessions.history("b") == [user("b")]
+        assert s.sessions.ids() == ["a", "b", "c"]
+
+
+def test_damaged_catalog_data_is_corrupt_and_left_as_it_was(
+    rstore: RedisStore, redis_raw: redis.Redis
+) -> None:
+    s, p = rstore.sessions, rstore.prefix
+    s.save("s1", [user("a")])
+    s.compact("s1", [user("sum")], replaced=[user("a")])
+    for field, value in (("md", "{not json"), ("md", "[1, 2]"), ("created", "yesterday")):
+        redis_raw.hset(f"{p}session-info:s1", field, value)
+        for call in (lambda: s.info("s1"), lambda: s.list()):
+            with pytest.raises(StoreCorruptError) as info:
+                call()
+            assert "'s1'" in str(info.value) and rstore.address in str(info.value)
+            assert info.value.session_id == "s1"
+        assert redis_raw.hget(f"{p}session-info:s1", field) == value
+        redis_raw.hdel(f"{p}session-info:s1", field)
+    assert s.info("s1") is not None
+    redis_raw.lset(f"{p}session-history:s1", 0, "{not json")
+    with pytest.raises(StoreCorruptError, match="history of session 's1'"):
+        s.history("s1")
+    redis_raw.delete(f"{p}session-info:s1")
+    redis_raw.set(f"{p}session-info:s1", "not a hash")
+    with pytest.raises(StoreCorruptError, match="WRONGTYPE"):
+        s.info("s1")
+
+
+def test_list_orders_equal_times_by_id_and_times_round_trip(
+    rstore: RedisStore, redis_raw: redis.Redis
+) -> None:
+    """Redis orders equal scores by member, descending, in a REV range; list() by id."""
+    s, index = rstore.sessions, f"{rstore.prefix}sessions"
+    ids = [f"s{i:02d}" for i in range(9)] + ["t1", "T_2", "_u", "-v"]
+    for id in ids:
+        s.save(id, [user(id)])
+    odd = 1733312345.1234567  # 17 significant digits
+    redis_raw.zadd(index, dict.fromkeys(ids[2:], odd))
+    redis_raw.zadd(index, {ids[0]: odd + 1e-6, ids[1]: odd - 1e-6})
+    expected = [ids[0], *sorted(ids[2:]), ids[1]]
+    for limit in (1, 2, 3, 4, 100):
+        got, after = [], None
+        while True:
+            page = s.list(limit=limit, after=after)
+            got += list(page)
+            after = page.next
+            if after is None:
+                break
+        assert [i.id for i in got] == expected
+        assert {i.updated_at for i in got[1:-1]} == {odd}
+    assert [i.id for i in s.list(prefix="s0", limit=2)] == ["s00", "s02"]
+    info = s.info("s05")
+    assert info is not None and info.updated_at == odd
 
 
 def test_prefixes_keep_stores_apart(redis_url: str, redis_prefix: str) -> None:
@@ -300,7 +388,8 @@ def test_a_retried_append_or_resolve_is_not_a_conflict(rstore: RedisStore) -> No
     c = rstore._c
     keys = [c.key("session:", "s1"), c.key("session-meta:", "s1"), c.key("revision"),
             c.key("sessions"), c.key("checkpoint:"), c.key("checkpoints"),
-            c.key("checkpoint-keys"), c.key("lease:", "s1"), c.key("fence:", "s1")]
+            c.key("checkpoint-keys"), c.key("lease:", "s1"), c.key("fence:", "s1"),
+            c.key("session-info:", "s1"), c.key("session-history:", "s1")]
     args: list[Any] = ["1.0", 0, "s1", 0, "token-1", "0", "", "0", 0,
                        '{"role":"user","content":"a"}']
     first = list(c.append_script(keys, args, c.client))

@@ -3,7 +3,9 @@ address, never the password), the connection pool, the versioned schema (created
 use, migrated forward under an advisory lock, a newer one refused), running statements with
 retries where they are safe, and translating psycopg errors.
 
-Schema versions (``<schema>.schema_version``): 1 the first.
+Schema versions (``<schema>.schema_version``): 1 the first; 2 the session catalog
+(``sessions.created_at`` and ``metadata``, the index on ``(updated_at DESC, id)``, the
+``history`` table of the messages compaction replaced).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["SCHEMA_VERSION", "Conn", "Db"]
 
 _log = logging.getLogger("lousho_sync.stores.postgres")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this release writes (the row of ``<schema>.schema_version``)."""
 
 Conn = psycopg.Connection[Any]
@@ -61,6 +63,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX ON {s}.approvals (status, created_at)",
         "CREATE TABLE {s}.leases (session_id text PRIMARY KEY, owner text NOT NULL,"
         " expires_at double precision NOT NULL, token bigint NOT NULL)",
+    ),
+    2: (
+        "ALTER TABLE {s}.sessions ADD COLUMN created_at double precision,"
+        " ADD COLUMN metadata text",
+        "UPDATE {s}.sessions SET created_at = updated_at",
+        "ALTER TABLE {s}.sessions ALTER COLUMN created_at SET NOT NULL",
+        "CREATE INDEX sessions_by_update ON {s}.sessions (updated_at DESC, id)",
+        "CREATE TABLE {s}.history (session_key bigint NOT NULL, seq integer NOT NULL,"
+        " json text NOT NULL, PRIMARY KEY (session_key, seq))",
     ),
 }
 """Statements that bring the schema from version ``n - 1`` to ``n``."""

@@ -44,7 +44,7 @@ __all__ = [
     "op_token",
 ]
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 """The key layout this release writes (the ``<prefix>layout`` key)."""
 
 CONNECT_TIMEOUT_S = 5.0
@@ -116,6 +116,11 @@ class Conn:
         self.append_script = reg(lua.APPEND)
         self.revision_script = reg(lua.REVISION)
         self.ids_script = reg(lua.IDS)
+        self.compact_script = reg(lua.COMPACT)
+        self.create_script = reg(lua.CREATE)
+        self.set_metadata_script = reg(lua.SET_METADATA)
+        self.delete_script = reg(lua.DELETE)
+        self.session_page_script = reg(lua.SESSION_PAGE)
         self.acquire_script = reg(lua.ACQUIRE)
         self.take_over_script = reg(lua.TAKE_OVER)
         self.renew_script = reg(lua.RENEW)

@@ -4,9 +4,11 @@ processes and machines.
 Tables, all in the schema ``schema`` (default ``"lousho"``; several stores live side by side
 in one database under different schemas)::
 
-    schema_version (version)                    the schema this release wrote (1)
-    sessions    (key bigserial, id UNIQUE, length, revision, op, updated_at)
+    schema_version (version)                    the schema this release wrote (2)
+    sessions    (key bigserial, id UNIQUE, length, revision, op, created_at, updated_at,
+                 metadata)                      the catalog; INDEX (updated_at DESC, id)
     messages    (session_key, seq, json)        one row a message, PRIMARY KEY (key, seq)
+    history     (session_key, seq, json)        the messages compaction replaced, in order
     checkpoints (key PRIMARY KEY, session_id, json, updated_at)
     approvals   (id PRIMARY KEY, session_id, status, reason, json, created_at, resolved_at, op)
     leases      (session_id PRIMARY KEY, owner, expires_at, token)
@@ -15,6 +17,13 @@ The schema is created on first use, in one transaction under ``pg_advisory_xact_
 processes opening at once do not race), and migrated forward; a schema written by a newer
 release is refused (StoreTooNewError). ``revision(id)`` is ``(key, counter)``: a session
 deleted and written again gets a new key, so a revision never repeats.
+
+The catalog lives in the ``sessions`` row (``length`` is the message count, ``metadata``
+the compact JSON text, NULL when none), so every write updates it in its own transaction
+with no extra statement, and ``list`` is one scan of the ``(updated_at DESC, id)`` index
+that reads no message row. A session with metadata only is a row with ``length = 0``
+(``load`` and ``revision`` return None for it). ``create`` is ``INSERT ... ON CONFLICT DO
+NOTHING``: of two creates of one id, exactly one wins.
 
 Writes: ``append`` and ``commit_turn`` are one transaction (conditional ``UPDATE ... WHERE
 length = expected_length``, the rows, the checkpoint delete, the lease release). Fencing:
@@ -41,10 +50,11 @@ a store used in a forked child opens its own pool there.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
@@ -55,6 +65,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'lousho[postgres]'"
     ) from exc
 
+from ..catalog import (
+    SessionInfo,
+    SessionPage,
+    check_list_args,
+    check_metadata,
+    metadata_from_json,
+    page_from,
+)
 from ..codec import (
     dumps_approval,
     dumps_checkpoint,
@@ -63,7 +81,12 @@ from ..codec import (
     loads_checkpoint,
     loads_message,
 )
-from ..errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
+from ..errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    SessionExistsError,
+    StoreCorruptError,
+)
 from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
@@ -103,6 +126,18 @@ _INSERT_MESSAGES = (
     "INSERT INTO {s}.messages (session_key, seq, json) SELECT %s, %s + t.o - 1, t.j"
     " FROM unnest(%s::text[]) WITH ORDINALITY AS t(j, o)"
 )
+_INSERT_HISTORY = (
+    "INSERT INTO {s}.history (session_key, seq, json) SELECT %s, (SELECT coalesce(max(seq)"
+    " + 1, 0) FROM {s}.history WHERE session_key = %s) + t.o - 1, t.j"
+    " FROM unnest(%s::text[]) WITH ORDINALITY AS t(j, o)"
+)
+_REPLACE = (
+    "INSERT INTO {s}.sessions AS x (id, length, revision, op, created_at, updated_at)"
+    " VALUES (%s, %s, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET length = excluded.length,"
+    " revision = x.revision + 1, op = excluded.op, updated_at = excluded.updated_at"
+    " WHERE excluded.op IS NULL OR x.op IS DISTINCT FROM excluded.op RETURNING key"
+)
+_INFO_COLUMNS = "id, length, created_at, updated_at, metadata"
 
 
 def _fence(db: Db, c: Conn, id: str, token: int) -> None:
@@ -118,8 +153,8 @@ def _fence(db: Db, c: Conn, id: str, token: int) -> None:
 
 def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
     """The transcript of ``_LOAD``'s rows; StoreCorruptError naming no stored content."""
-    if not rows:
-        return None
+    if not rows or (rows[0][0] == 0 and rows[0][1] is None and len(rows) == 1):
+        return None  # absent, or metadata only
     length = rows[0][0]
     problem = None
     if rows[0][1] is None:
@@ -139,6 +174,49 @@ def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
     if problem is not None:
         raise db.corrupt(f"session {id!r} cannot be read: {problem};", id)
     return out
+
+
+def _info(db: Db, row: Sequence[Any]) -> SessionInfo:
+    """The SessionInfo of a row of ``_INFO_COLUMNS``; StoreCorruptError for bad metadata."""
+    id, length, created_at, updated_at, text = row
+    try:
+        metadata = metadata_from_json(text, f"session {id!r}")
+    except StoreCorruptError:
+        metadata = None
+    if metadata is None:
+        raise db.corrupt(f"session {id!r} cannot be read: its metadata is not a JSON object;",
+                         id)  # unchained: the JSON error may quote the stored text
+    return SessionInfo(id=id, messages=int(length), created_at=float(created_at),
+                       updated_at=float(updated_at), metadata=metadata)
+
+
+def _replace(db: Db, c: Conn, id: str, texts: list[str], op: str | None) -> int | None:
+    """Inside the caller's transaction: replace the transcript with ``texts`` (not empty);
+    the session's key, or None when the row already carries ``op`` (a retry that landed)."""
+    now = time.time()
+    row = c.execute(db.q(_REPLACE), (id, len(texts), op, now, now)).fetchone()
+    if row is None:
+        return None
+    c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"), (row[0],))
+    c.execute(db.q(_INSERT_MESSAGES), (row[0], 0, texts))
+    return int(row[0])
+
+
+def _clear(db: Db, c: Conn, id: str, *, keep_metadata: bool) -> None:
+    """Inside the caller's transaction: remove the transcript and the history of ``id``,
+    and the row too unless ``keep_metadata`` and it has metadata."""
+    row = c.execute(db.q(
+        "SELECT key, metadata IS NOT NULL FROM {s}.sessions WHERE id = %s FOR UPDATE"), (id,)
+    ).fetchone()
+    if row is None:
+        return
+    c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"), (row[0],))
+    c.execute(db.q("DELETE FROM {s}.history WHERE session_key = %s"), (row[0],))
+    if keep_metadata and row[1]:
+        c.execute(db.q("UPDATE {s}.sessions SET length = 0, revision = revision + 1, op = NULL,"
+                       " updated_at = %s WHERE key = %s"), (time.time(), row[0]))
+    else:
+        c.execute(db.q("DELETE FROM {s}.sessions WHERE key = %s"), (row[0],))
 
 
 class PostgresSessionStore:
@@ -163,8 +241,9 @@ class PostgresSessionStore:
         return _decode(db, id, rows)
 
     def save(self, id: str, messages: Sequence[Message], *, fence: Fence | None = None) -> None:
-        """Replace the transcript; an empty sequence deletes the session. With ``fence``,
-        LeaseLostError (nothing written) when a newer lease token exists."""
+        """Replace the transcript; an empty sequence removes the transcript and the history
+        (the metadata stays). With ``fence``, LeaseLostError (nothing written) when a newer
+        lease token exists."""
         validate_session_id(id)
         token = fence_token_of(fence, id)
         texts = [dumps_message(m) for m in messages]
@@ -173,29 +252,23 @@ class PostgresSessionStore:
         def write(c: Conn) -> None:
             with c.transaction():
                 _fence(db, c, id, token)
-                if not texts:
-                    row = c.execute(db.q("SELECT key FROM {s}.sessions WHERE id = %s FOR UPDATE"),
-                                    (id,)).fetchone()
-                    if row is not None:
-                        c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"),
-                                  (row[0],))
-                        c.execute(db.q("DELETE FROM {s}.sessions WHERE key = %s"), (row[0],))
-                    return
-                row = c.execute(db.q(
-                    "INSERT INTO {s}.sessions (id, length, revision, updated_at)"
-                    " VALUES (%s, %s, 1, %s) ON CONFLICT (id) DO UPDATE SET"
-                    " length = excluded.length, revision = sessions.revision + 1, op = NULL,"
-                    " updated_at = excluded.updated_at RETURNING key"),
-                    (id, len(texts), time.time())).fetchone()
-                assert row is not None
-                c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"), (row[0],))
-                c.execute(db.q(_INSERT_MESSAGES), (row[0], 0, texts))
+                if texts:
+                    _replace(db, c, id, texts, None)
+                else:
+                    _clear(db, c, id, keep_metadata=True)
 
         db.run("save a session", write, id)
 
     def delete(self, id: str) -> None:
-        """Forget the id and its messages (no error when absent)."""
-        self.save(id, ())
+        """Forget the id: transcript, history and metadata (no error when absent)."""
+        validate_session_id(id)
+        db = self._db
+
+        def write(c: Conn) -> None:
+            with c.transaction():
+                _clear(db, c, id, keep_metadata=False)
+
+        db.run("delete a session", write, id)
 
     def append(
         self,
@@ -225,14 +298,15 @@ class PostgresSessionStore:
         db = self._db
         row = db.run(
             "read a session's revision",
-            lambda c: c.execute(db.q("SELECT key, revision FROM {s}.sessions WHERE id = %s"),
-                                (id,)).fetchone(),
+            lambda c: c.execute(db.q(
+                "SELECT key, revision, length FROM {s}.sessions WHERE id = %s"), (id,)
+            ).fetchone(),
             id,
         )
-        return None if row is None else (int(row[0]), int(row[1]))
+        return None if row is None or not row[2] else (int(row[0]), int(row[1]))
 
-    def ids(self) -> list[str]:
-        """Stored session ids, sorted."""
+    def ids(self) -> builtins.list[str]:
+        """Stored session ids (with a transcript or metadata), sorted."""
         db = self._db
         rows = db.run("list sessions", lambda c: c.execute(
             db.q("SELECT id FROM {s}.sessions ORDER BY id")).fetchall())
@@ -321,6 +395,162 @@ class PostgresSessionStore:
         row = db.run("read a fence token", lambda c: c.execute(
             db.q("SELECT token FROM {s}.leases WHERE session_id = %s"), (id,)).fetchone(), id)
         return 0 if row is None else int(row[0])
+
+    # --- the catalog (Catalogued) -------------------------------------------------------
+    def info(self, id: str) -> SessionInfo | None:
+        """The catalog entry of ``id`` (one row; no message is read), or None."""
+        validate_session_id(id)
+        db = self._db
+        row = db.run("read a session's catalog entry", lambda c: c.execute(db.q(
+            f"SELECT {_INFO_COLUMNS} FROM {{s}}.sessions WHERE id = %s"), (id,)).fetchone(), id)
+        return None if row is None else _info(db, row)
+
+    def set_metadata(self, id: str, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata of ``id`` in one statement ({} removes it), creating the
+        catalog entry when absent; bumps ``updated_at``, not the revision; takes no fence."""
+        validate_session_id(id)
+        text = check_metadata(metadata, id)
+        db = self._db
+
+        def write(c: Conn) -> None:
+            now = time.time()
+            if text != "{}":
+                c.execute(db.q(
+                    "INSERT INTO {s}.sessions AS x (id, length, revision, created_at,"
+                    " updated_at, metadata) VALUES (%s, 0, 0, %s, %s, %s) ON CONFLICT (id)"
+                    " DO UPDATE SET metadata = excluded.metadata,"
+                    " updated_at = excluded.updated_at"), (id, now, now, text))
+                return
+            with c.transaction():
+                gone = c.execute(db.q(
+                    "DELETE FROM {s}.sessions WHERE id = %s AND length = 0 RETURNING key"),
+                    (id,)).fetchone()
+                if gone is not None:
+                    c.execute(db.q("DELETE FROM {s}.history WHERE session_key = %s"), (gone[0],))
+                else:
+                    c.execute(db.q("UPDATE {s}.sessions SET metadata = NULL, updated_at = %s"
+                                   " WHERE id = %s"), (now, id))
+
+        db.run("set a session's metadata", write, id)
+
+    def history(self, id: str) -> builtins.list[Message]:
+        """The messages compaction replaced in ``id``, oldest first ([] when none)."""
+        validate_session_id(id)
+        db = self._db
+        rows = db.run("read a session's history", lambda c: c.execute(db.q(
+            "SELECT h.seq, h.json FROM {s}.sessions s JOIN {s}.history h"
+            " ON h.session_key = s.key WHERE s.id = %s ORDER BY h.seq"), (id,)).fetchall(), id)
+        out: builtins.list[Message] = []
+        problem = None
+        for i, (seq, text) in enumerate(rows):
+            if seq != i:
+                problem = f"its history has no message {i} (rows are missing or damaged)"
+                break
+            try:
+                out.append(loads_message(text))
+            except StoreCorruptError:
+                problem = f"history message {seq} is not a readable message"
+                break
+        if problem is not None:
+            raise db.corrupt(f"session {id!r} cannot be read: {problem};", id)
+        return out
+
+    def compact(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        replaced: Sequence[Message],
+        fence: Fence | None = None,
+    ) -> None:
+        """In one transaction: add ``replaced`` to the history of ``id`` and replace its
+        transcript with ``messages`` (an empty one removes the history too, as ``save``).
+        With ``fence``, LeaseLostError (nothing written) when a newer lease token exists."""
+        validate_session_id(id)
+        token = fence_token_of(fence, id)
+        texts = [dumps_message(m) for m in messages]
+        old = [dumps_message(m) for m in replaced]
+        op = uuid.uuid4().hex  # a retry after a lost reply sees its own compaction
+        db = self._db
+
+        def write(c: Conn) -> None:
+            with c.transaction():
+                _fence(db, c, id, token)
+                if not texts:
+                    _clear(db, c, id, keep_metadata=True)
+                    return
+                key = _replace(db, c, id, texts, op)
+                if key is not None and old:
+                    c.execute(db.q(_INSERT_HISTORY), (key, key, old))
+
+        db.run("compact a session", write, id)
+
+    def create(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> None:
+        """Create ``id`` with a transcript, metadata and history in one transaction;
+        SessionExistsError (nothing written) when it has messages or metadata already. Of
+        two creates at once, exactly one wins."""
+        validate_session_id(id)
+        text = check_metadata(metadata or {}, id)
+        md = None if text == "{}" else text
+        texts = [dumps_message(m) for m in messages]
+        old = [dumps_message(m) for m in history] if texts else []
+        op = uuid.uuid4().hex  # a retry after a lost reply sees its own row
+        db = self._db
+
+        def write(c: Conn) -> None:
+            with c.transaction():
+                if texts or md is not None:
+                    now = time.time()
+                    row = c.execute(db.q(
+                        "INSERT INTO {s}.sessions (id, length, revision, op, created_at,"
+                        " updated_at, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                        " ON CONFLICT (id) DO NOTHING RETURNING key"),
+                        (id, len(texts), 1 if texts else 0, op, now, now, md)).fetchone()
+                    if row is not None:
+                        if texts:
+                            c.execute(db.q(_INSERT_MESSAGES), (row[0], 0, texts))
+                        if old:
+                            c.execute(db.q(_INSERT_HISTORY), (row[0], row[0], old))
+                        return
+                found = c.execute(db.q("SELECT op FROM {s}.sessions WHERE id = %s"), (id,)
+                                  ).fetchone()
+                if found is None or found[0] == op:
+                    return  # nothing to create, or this call's retry: it landed
+                raise SessionExistsError(f"session {id!r} exists already {db.where}",
+                                         address=db.address, session_id=id)
+
+        db.run("create a session", write, id)
+
+    def list(
+        self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> SessionPage:
+        """One page of the catalog, newest ``updated_at`` first, then by id: one scan of
+        the ``(updated_at DESC, id)`` index, reading no message (see
+        :class:`~lousho_sync.stores.base.Catalogued`)."""
+        start, limit, cursor = check_list_args(prefix, limit, after)
+        where: builtins.list[str] = []
+        params: builtins.list[object] = []
+        if start:
+            where.append("starts_with(id, %s)")
+            params.append(start)
+        if cursor is not None:
+            where.append("updated_at <= %s AND (updated_at < %s OR id > %s)")
+            params += [cursor[0], cursor[0], cursor[1]]
+        text = f"SELECT {_INFO_COLUMNS} FROM {{s}}.sessions"
+        if where:
+            text += " WHERE " + " AND ".join(where)
+        text += " ORDER BY updated_at DESC, id LIMIT %s"
+        params.append(limit + 1)
+        db = self._db
+        rows = db.run("list sessions", lambda c: c.execute(db.q(text), params).fetchall())
+        return page_from([_info(db, r) for r in rows], limit)
 
 
 class PostgresCheckpointStore:
@@ -558,7 +788,8 @@ class PostgresStore(LeaseForwarding, Closing):
                         "SELECT key, revision, length FROM {s}.sessions WHERE id = %s"),
                         (id,)).fetchone()
                     sessions.check_length(id, expected_length, 0 if row is None else row[2])
-                    revision = None if row is None else (int(row[0]), int(row[1]))
+                    revision = None if row is None or not row[2] else (int(row[0]),
+                                                                        int(row[1]))
                 if checkpoint_key is not None:
                     c.execute(db.q("DELETE FROM {s}.checkpoints WHERE key = %s"),
                               (checkpoint_key,))
@@ -586,10 +817,13 @@ class PostgresStore(LeaseForwarding, Closing):
             if found is not None and found[3] == op and found[2] == expected_length + n:
                 return (int(found[0]), int(found[1]))  # this call's retry: it landed
             if found is None and expected_length == 0:
+                now = time.time()  # a row created meanwhile with metadata only is appended to
                 row = c.execute(db.q(
-                    "INSERT INTO {s}.sessions (id, length, revision, op, updated_at)"
-                    " VALUES (%s, %s, 1, %s, %s) ON CONFLICT (id) DO NOTHING"
-                    " RETURNING key, revision"), (id, n, op, time.time())).fetchone()
+                    "INSERT INTO {s}.sessions AS x (id, length, revision, op, created_at,"
+                    " updated_at) VALUES (%s, %s, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE"
+                    " SET length = excluded.length, revision = x.revision + 1, op = excluded.op,"
+                    " updated_at = excluded.updated_at WHERE x.length = 0"
+                    " RETURNING key, revision"), (id, n, op, now, now)).fetchone()
                 if row is None:  # created meanwhile by another writer
                     found = c.execute(db.q("SELECT 0, 0, length FROM {s}.sessions WHERE id = %s"),
                                       (id,)).fetchone()
@@ -614,7 +848,9 @@ class PostgresStore(LeaseForwarding, Closing):
                     "WITH gone AS (DELETE FROM {s}.sessions WHERE updated_at < %s AND id NOT IN"
                     " (SELECT session_id FROM {s}.leases WHERE expires_at > %s) RETURNING key),"
                     " m AS (DELETE FROM {s}.messages WHERE session_key IN"
-                    " (SELECT key FROM gone)) SELECT count(*) FROM gone"), (cutoff, now)
+                    " (SELECT key FROM gone)), h AS (DELETE FROM {s}.history WHERE"
+                    " session_key IN (SELECT key FROM gone)) SELECT count(*) FROM gone"),
+                    (cutoff, now)
                 ).fetchone()
                 checkpoints = c.execute(db.q(
                     "DELETE FROM {s}.checkpoints WHERE updated_at < %s"), (cutoff,)).rowcount

@@ -2,12 +2,16 @@
 
 Keys, all under ``prefix`` (default ``"lousho:"``)::
 
-    layout                    "2": the key layout this release writes (newer is refused;
-                              layout 1, without fence keys, is taken as 2)
+    layout                    "3": the key layout this release writes (newer is refused;
+                              layouts 1 and 2 are taken as 3, see below)
     revision                  a store-wide counter; every transcript write takes a value
     session:<id>              list, one codec JSON string per message (RPUSH per turn)
     session-meta:<id>         hash {rev, op}: the transcript's revision, the last append's token
-    sessions                  sorted set id -> updated_at (for ids() and prune)
+    session-info:<id>         hash {created, md}: created_at, the metadata's compact JSON (absent:
+                              none)
+    session-history:<id>      list, the messages compaction replaced, oldest first
+    sessions                  sorted set id -> updated_at of every session with a transcript or
+                              metadata (ids(), list(), prune)
     lease:<id>                the lease holder's owner string, with a PX expiry
     fence:<id>                the newest fence token of the session (INCR per acquisition)
     checkpoint:<key>          codec JSON string
@@ -16,6 +20,16 @@ Keys, all under ``prefix`` (default ``"lousho:"``)::
     approval:<id>             hash {json, status, reason, resolved_at, op}
     approvals-pending         sorted set id -> created_at
     approvals-resolved        sorted set id -> resolved_at (prune)
+
+A session's catalog is kept by the same script as the write: every transcript or metadata
+write moves its score in ``sessions`` (updated_at, written with ``repr`` so the float
+round-trips exactly) and sets ``created`` when absent. ``list()`` reads no transcript: one
+script pages through ``sessions`` by score (the client orders equal scores by id; Redis
+orders them by member, descending), then one MULTI reads each row's LLEN and
+``session-info``. Layout 3 added ``session-info`` and ``session-history``: layout 1 had no
+fence keys either, and a session of layout 1 or 2 has no ``session-info``, so its created_at
+is its updated_at until its next write records that. Layout 3 is refused by earlier
+releases, whose writes would drop metadata-only sessions from the index.
 
 Every write that must be atomic is one Lua script (in ``_redis_scripts``: ``append`` checks
 ``LLEN`` and ``RPUSH``es; ``save`` is ``DEL`` + ``RPUSH``; ``resolve`` changes a pending
@@ -50,9 +64,11 @@ gets fresh connections there (redis-py resets its pool on fork).
 
 from __future__ import annotations
 
+import builtins
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -60,6 +76,15 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs the redis package: pip install 'lousho[redis]'") from exc
 
+from ..catalog import (
+    Cursor,
+    SessionInfo,
+    SessionPage,
+    check_list_args,
+    check_metadata,
+    metadata_from_json,
+    page_from,
+)
 from ..codec import (
     dumps_approval,
     dumps_checkpoint,
@@ -72,6 +97,7 @@ from ..errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     ConfigError,
+    SessionExistsError,
     StoreCorruptError,
 )
 from ..messages import Message
@@ -110,7 +136,8 @@ _BATCH = 500
 class RedisSessionStore:
     """Transcripts as Redis lists; ``append`` is one script (LLEN check + RPUSH).
 
-    Also the per-session lease with fence tokens (SPEC §5), ``revision`` and ``ids``. Writes
+    Also the per-session lease with fence tokens (SPEC §5), ``revision``, ``ids`` and the
+    session catalog (:class:`~lousho_sync.stores.base.Catalogued`). Writes of the transcript
     take ``fence=`` (``fenced``). ``combined`` is the RedisStore this belongs to. Thread-
     and process-safe.
     """
@@ -122,7 +149,7 @@ class RedisSessionStore:
         self._ttl_ms = 0 if ttl_s is None else ms(ttl_s)
         self.combined = combined
 
-    def _keys(self, id: str) -> list[str]:
+    def _keys(self, id: str) -> builtins.list[str]:
         c = self._c
         return [
             c.key("session:", id),
@@ -131,7 +158,10 @@ class RedisSessionStore:
             c.key("sessions"),
         ]
 
-    def load(self, id: str) -> list[Message] | None:
+    def _catalog_keys(self, id: str) -> builtins.list[str]:
+        return [self._c.key("session-info:", id), self._c.key("session-history:", id)]
+
+    def load(self, id: str) -> builtins.list[Message] | None:
         """The stored transcript (one LRANGE), or None when the id has none."""
         validate_session_id(id)
         key = self._c.key("session:", id)
@@ -151,15 +181,19 @@ class RedisSessionStore:
         ``fence``, LeaseLostError (nothing written) when a newer lease token exists."""
         validate_session_id(id)
         token = fence_token_of(fence, id)
-        args: list[Any] = [repr(time.time()), self._ttl_ms, id, token]
+        args: builtins.list[Any] = [repr(time.time()), self._ttl_ms, id, token]
         args.extend(dumps_message(m) for m in messages)
-        keys = [*self._keys(id), self._c.fence_key(fence)]
+        keys = [*self._keys(id), self._c.fence_key(fence), *self._catalog_keys(id)]
         out = self._c.run("save a session", lambda r: self._c.save_script(keys, args, r), id)
         self._c.check_fenced(out, fence)
 
     def delete(self, id: str) -> None:
-        """Forget the id and its messages (no error when absent)."""
-        self.save(id, ())
+        """Forget the id: its messages, history and metadata (no error when absent)."""
+        validate_session_id(id)
+        c = self._c
+        list_key, meta, _, index = self._keys(id)
+        keys = [list_key, meta, index, *self._catalog_keys(id)]
+        c.run("delete a session", lambda r: c.delete_script(keys, [id], r), id)
 
     def append(
         self,
@@ -203,8 +237,9 @@ class RedisSessionStore:
             c.key("checkpoint-keys"),
             c.key("lease:", id),
             c.fence_key(fence),
+            *self._catalog_keys(id),
         ]
-        args: list[Any] = [
+        args: builtins.list[Any] = [
             repr(time.time()),
             self._ttl_ms,
             id,
@@ -236,20 +271,187 @@ class RedisSessionStore:
         )
         return None if value is None else int(value)
 
-    def ids(self) -> list[str]:
-        """Stored session ids, sorted (ids whose transcript expired are dropped)."""
+    def ids(self) -> builtins.list[str]:
+        """Stored session ids (with a transcript or metadata), sorted (ids whose keys
+        expired are dropped)."""
         index = self._c.key("sessions")
         members = self._c.run("list sessions", lambda r: r.zrange(index, 0, -1))
 
-        def check(r: redis.Redis) -> list[str]:
-            out: list[str] = []
+        def check(r: redis.Redis) -> builtins.list[str]:
+            out: builtins.list[str] = []
             for start in range(0, len(members), _BATCH):
                 batch = [as_str(m) for m in members[start : start + _BATCH]]
-                keys = [index] + [self._c.key("session:", id) for id in batch]
+                keys = [index]
+                for id in batch:
+                    keys += [self._c.key("session:", id), self._c.key("session-info:", id)]
                 out.extend(as_str(m) for m in self._c.ids_script(keys, batch, r))
             return out
 
         return sorted(self._c.run("list sessions", check))
+
+
+    # --- the catalog (Catalogued) -----------------------------------------------------
+    def _where(self, id: str) -> str:
+        return f"session {id!r} in the Redis store at {self._c.address}"
+
+    def _info(
+        self, id: str, updated: Any, length: Any, created: Any, md: Any
+    ) -> SessionInfo | None:
+        """The SessionInfo of one row (None: no transcript and no metadata)."""
+        if int(length) == 0 and md is None:
+            return None
+        updated_at = float(updated)
+        try:
+            metadata = metadata_from_json(md, self._where(id))
+        except StoreCorruptError as exc:
+            raise StoreCorruptError(
+                f"{exc} (it was left as it was)", address=self._c.address, session_id=id
+            ) from None
+        try:
+            created_at = updated_at if created is None else float(decoded(created))
+            if not math.isfinite(created_at):
+                raise ValueError(f"{created_at!r} is not a time")
+        except ValueError as exc:
+            raise self._c.corrupt(exc, f"the created_at of {self._where(id)}", id) from exc
+        return SessionInfo(id=id, messages=int(length), created_at=created_at,
+                           updated_at=updated_at, metadata=metadata)
+
+    def _read_infos(
+        self, rows: Sequence[tuple[str, float]]
+    ) -> builtins.list[SessionInfo]:
+        """The SessionInfos of ``rows`` (id, updated_at) in one MULTI, without the rows
+        deleted meanwhile."""
+        c = self._c
+
+        def read(r: redis.Redis) -> builtins.list[Any]:
+            with r.pipeline(transaction=True) as p:
+                for id, _ in rows:
+                    p.llen(c.key("session:", id))
+                    p.hmget(c.key("session-info:", id), ["created", "md"])
+                return p.execute()
+
+        replies = c.run("list sessions", read) if rows else []
+        out = []
+        for n, (id, updated) in enumerate(rows):
+            length, (created, md) = replies[2 * n], replies[2 * n + 1]
+            info = self._info(id, updated, length, created, md)
+            if info is not None:
+                out.append(info)
+        return out
+
+    def info(self, id: str) -> SessionInfo | None:
+        """The catalog entry of ``id`` (one MULTI: its score, LLEN and ``session-info``;
+        the transcript is not read), or None."""
+        validate_session_id(id)
+        c = self._c
+
+        def read(r: redis.Redis) -> builtins.list[Any]:
+            with r.pipeline(transaction=True) as p:
+                p.zscore(c.key("sessions"), id)
+                p.llen(c.key("session:", id))
+                p.hmget(c.key("session-info:", id), ["created", "md"])
+                return p.execute()
+
+        updated, length, (created, md) = c.run("read a session's info", read, id)
+        return None if updated is None else self._info(id, updated, length, created, md)
+
+    def set_metadata(self, id: str, metadata: Mapping[str, Any]) -> None:
+        """Replace the metadata of ``id`` ({} removes it) in one script; the transcript and
+        its revision stay. Takes no fence."""
+        validate_session_id(id)
+        text = check_metadata(metadata, id)
+        c = self._c
+        list_key, meta, _, index = self._keys(id)
+        keys = [list_key, meta, index, *self._catalog_keys(id)]
+        md = "" if text == "{}" else text
+        args: builtins.list[Any] = [repr(time.time()), self._ttl_ms, id, md]
+        c.run("set a session's metadata", lambda r: c.set_metadata_script(keys, args, r), id)
+
+    def history(self, id: str) -> builtins.list[Message]:
+        """The messages compaction replaced in ``id``, oldest first (one LRANGE)."""
+        validate_session_id(id)
+        key = self._c.key("session-history:", id)
+        raw = self._c.run("read a session's history", lambda r: r.lrange(key, 0, -1), id)
+        out = []
+        for i, value in enumerate(raw):
+            try:
+                out.append(loads_message(decoded(value)))
+            except (StoreCorruptError, ValueError) as exc:
+                what = f"message {i} of the history of session {id!r} ({key!r})"
+                raise self._c.corrupt(exc, what, id) from exc
+        return out
+
+    def compact(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        replaced: Sequence[Message],
+        fence: Fence | None = None,
+    ) -> None:
+        """In one script: add ``replaced`` to the history and replace the transcript with
+        ``messages``. With ``fence``, LeaseLostError (nothing written) when a newer lease
+        token exists."""
+        validate_session_id(id)
+        token = fence_token_of(fence, id)
+        args: builtins.list[Any] = [repr(time.time()), self._ttl_ms, id, token, len(replaced)]
+        args.extend(dumps_message(m) for m in replaced)
+        args.extend(dumps_message(m) for m in messages)
+        keys = [*self._keys(id), self._c.fence_key(fence), *self._catalog_keys(id)]
+        out = self._c.run(
+            "compact a session", lambda r: self._c.compact_script(keys, args, r), id
+        )
+        self._c.check_fenced(out, fence)
+
+    def create(
+        self,
+        id: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        history: Sequence[Message] = (),
+    ) -> None:
+        """Create ``id`` with its transcript, metadata and history in one script;
+        SessionExistsError (nothing written) when it has messages or metadata."""
+        validate_session_id(id)
+        text = check_metadata(metadata or {}, id)
+        c = self._c
+        md = "" if text == "{}" else text
+        args: builtins.list[Any] = [repr(time.time()), self._ttl_ms, id, md, len(history)]
+        args.extend(dumps_message(m) for m in history)
+        args.extend(dumps_message(m) for m in messages)
+        keys = [*self._keys(id), *self._catalog_keys(id)]
+        if not c.run("create a session", lambda r: c.create_script(keys, args, r), id):
+            raise SessionExistsError(
+                f"session {id!r} exists already in the Redis store at {c.address}",
+                address=c.address,
+                session_id=id,
+            )
+
+    def _page_rows(
+        self, prefix: str, want: int, cursor: Cursor | None
+    ) -> tuple[builtins.list[tuple[str, float]], bool]:
+        """The first ``want`` (id, updated_at) after ``cursor`` in list order (one script),
+        and whether the index holds none past them."""
+        index = self._c.key("sessions")
+        top = "+inf" if cursor is None else repr(cursor[0])
+        chunk = max(want, _BATCH) if prefix else want
+        args: builtins.list[Any] = [top, "0" if cursor is None else "1", want, prefix, chunk]
+        done, first, rows, tail = self._c.run(
+            "list sessions", lambda r: self._c.session_page_script([index], args, r)
+        )
+
+        def pairs(flat: Sequence[Any]) -> builtins.list[tuple[str, float]]:
+            return [(as_str(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+        head = [] if cursor is None else sorted(p for p in pairs(first) if p[0] > cursor[1])
+        body = pairs(rows)
+        if tail:  # the band at the lowest score may have been cut: take it whole
+            band = pairs(tail)
+            body = [p for p in body if p[1] != band[0][1]] + band
+        body.sort(key=lambda p: (-p[1], p[0]))
+        ordered = head + body
+        return ordered[:want], bool(done) and len(ordered) <= want
 
     # --- lease --------------------------------------------------------------------------
     def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
@@ -317,6 +519,23 @@ class RedisSessionStore:
         key = self._c.key("fence:", id)
         value = self._c.run("read a fence token", lambda r: r.get(key), id)
         return 0 if value is None else int(value)
+
+    def list(
+        self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> SessionPage:
+        """One page of the catalog, newest ``updated_at`` first, then by id (see
+        :class:`~lousho_sync.stores.base.Catalogued`): a script pages through the
+        ``sessions`` index, one MULTI reads the rows' counts and metadata; no transcript
+        is read."""
+        prefix, limit, cursor = check_list_args(prefix, limit, after)
+        found: builtins.list[SessionInfo] = []
+        while len(found) <= limit:
+            rows, done = self._page_rows(prefix, limit + 1 - len(found), cursor)
+            found.extend(self._read_infos(rows))
+            if done or not rows:
+                break
+            cursor = (rows[-1][1], rows[-1][0])  # rows whose keys expired were dropped
+        return page_from(found, limit)
 
 
 class RedisCheckpointStore:
@@ -564,7 +783,13 @@ class RedisStore(LeaseForwarding, Closing):
         c = self._c
 
         def session_keys(id: str) -> list[str]:
-            return [c.key("session:", id), c.key("session-meta:", id), c.key("lease:", id)]
+            return [
+                c.key("session:", id),
+                c.key("session-meta:", id),
+                c.key("lease:", id),
+                c.key("session-info:", id),
+                c.key("session-history:", id),
+            ]
 
         sessions = self._prune(
             "sessions",
