@@ -194,12 +194,157 @@ def test_bad_session_ids_are_refused_before_any_io(tmp_path: Path, bad: str) -> 
         lambda: store.acquire_lease(bad, owner="o", ttl_s=30, wait_s=0),
         lambda: store.renew_lease(bad, owner="o", ttl_s=30),
         lambda: store.release_lease(bad, owner="o"),
+        lambda: store.info(bad),
+        lambda: store.set_metadata(bad, {"title": "t"}),
+        lambda: store.history(bad),
+        lambda: store.compact(bad, [user("x")], replaced=[user("y")]),
+        lambda: store.create(bad, [user("x")]),
     ]
     for call in calls:
         with pytest.raises(InvalidSessionIdError):
             call()
     assert not directory.exists()
     assert files_under(tmp_path) == []
+
+
+# --- the catalog's files -------------------------------------------------------------------
+
+
+def test_catalog_files_layout(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    store.save("s", [user("a"), user("b")])
+    store.set_metadata("s", {"title": "t"})
+    store.compact("s", [user("sum")], replaced=[user("a"), user("b")])
+    names = sorted(n for n in os.listdir(tmp_path) if not n.startswith("."))
+    assert names == ["s.history.json", "s.json", "s.lock", "s.meta.json"]
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["history_length"] == 2 and len(doc["messages"]) == 1
+    meta = json.loads((tmp_path / "s.meta.json").read_text())
+    assert meta["metadata"] == {"title": "t"} and meta["messages"] == 1
+    assert meta["created_at"] <= meta["updated_at"]
+    store.save("s", [])  # transcript and history go, the metadata stays
+    assert sorted(os.listdir(tmp_path)) == ["s.lock", "s.meta.json"]
+    store.delete("s")
+    assert os.listdir(tmp_path) == ["s.lock"]
+
+
+def test_list_and_info_read_no_transcript(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileSessionStore(tmp_path)
+    for i in range(5):
+        store.save(f"s{i}", [user("x")] * (i + 1))
+
+    def no(*_: object) -> None:
+        raise AssertionError("a transcript was read")
+    monkeypatch.setattr(FileSessionStore, "_read_doc", no)
+    monkeypatch.setattr(FileSessionStore, "_peek", no)
+    assert [(i.id, i.messages) for i in store.list(limit=3)] == [("s4", 5), ("s3", 4), ("s2", 3)]
+    assert store.info("s0") is not None and store.info("s0").messages == 1
+
+
+def test_sessions_of_the_old_layout_list_and_load(tmp_path: Path) -> None:
+    """A directory written before the catalog (transcripts only) lists with the files'
+    mtimes and counts, loads as before, and a read writes nothing."""
+    old = {"v": 1, "messages": [{"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": "hello"}]}
+    for id, stamp in (("old-a", 1_700_000_000), ("old-b", 1_700_000_100)):
+        (tmp_path / f"{id}.json").write_text(json.dumps(old))
+        os.utime(tmp_path / f"{id}.json", (stamp, stamp))
+    before = files_under(tmp_path)
+    store = FileSessionStore(tmp_path)
+    page = store.list()
+    assert [(i.id, i.messages, i.created_at, i.updated_at, dict(i.metadata)) for i in page] == [
+        ("old-b", 2, 1_700_000_100.0, 1_700_000_100.0, {}),
+        ("old-a", 2, 1_700_000_000.0, 1_700_000_000.0, {}),
+    ]
+    assert store.info("old-a") == page.items[1]
+    assert store.history("old-a") == []
+    assert [m.content for m in store.load("old-a") or []] == ["hi", "hello"]
+    assert store.ids() == ["old-a", "old-b"]
+    assert files_under(tmp_path) == before  # nothing written by a read
+    # the first write adds the sidecar; created_at stays the file's time
+    store.append("old-a", [user("again")], expected_length=2)
+    info = store.info("old-a")
+    assert info is not None and info.messages == 3 and info.created_at == 1_700_000_000.0
+    assert info.updated_at > 1_700_000_100.0
+    assert (tmp_path / "old-a.meta.json").exists()
+    store.set_metadata("old-b", {"title": "kept"})
+    assert store.info("old-b") is not None and store.info("old-b").messages == 2
+
+
+BAD_SIDECARS = [
+    b"",
+    b"{not json",
+    b"[]",
+    b'{"v":1}',
+    b'{"v":9,"created_at":1}',
+    b'{"v":1,"created_at":1,"updated_at":1,"messages":1,"metadata":[],"transcript":null}',
+]
+
+
+@pytest.mark.parametrize("content", BAD_SIDECARS)
+def test_a_damaged_sidecar_is_reported_with_its_path(tmp_path: Path, content: bytes) -> None:
+    store = FileSessionStore(tmp_path)
+    store.save("s", [user("a")])
+    sidecar = tmp_path / "s.meta.json"
+    sidecar.write_bytes(content)
+    for call in (lambda: store.info("s"), lambda: store.list(),
+                 lambda: store.set_metadata("s", {"title": "t"}),
+                 lambda: store.save("s", [user("b")])):
+        with pytest.raises(StoreCorruptError) as info:
+            call()
+        assert info.value.path == str(sidecar) and str(sidecar) in str(info.value)
+        assert info.value.session_id == "s"
+    assert sidecar.read_bytes() == content  # left as it is
+    assert [m.content for m in store.load("s") or []] == ["a"]  # the transcript still loads
+    store.delete("s")  # and the session can still be deleted
+    assert files_under(tmp_path) == ["s.lock"]
+
+
+def test_a_crash_between_the_transcript_and_the_sidecar_loses_nothing(tmp_path: Path) -> None:
+    """The transcript is the truth: a sidecar that no longer matches it (a crash after the
+    transcript was written, or an older lousho writing) is counted from the transcript."""
+    store = FileSessionStore(tmp_path)
+    store.save("s", [user("a")])
+    store.set_metadata("s", {"title": "t"})
+    before = store.info("s")
+    assert before is not None
+    sidecar = (tmp_path / "s.meta.json").read_bytes()
+    store.append("s", [user("b"), user("c")], expected_length=1)
+    (tmp_path / "s.meta.json").write_bytes(sidecar)  # as if the sidecar write never happened
+    info = store.info("s")
+    assert info is not None and info.messages == 3 and info.metadata == {"title": "t"}
+    assert info.updated_at >= before.updated_at
+    assert [(i.id, i.messages) for i in store.list()] == [("s", 3)]
+    store.append("s", [user("d")], expected_length=3)  # the next write repairs the sidecar
+    assert json.loads((tmp_path / "s.meta.json").read_text())["messages"] == 4
+
+
+def test_a_crash_inside_compact_keeps_the_old_history(tmp_path: Path) -> None:
+    """compact writes the history file first; it counts only once the transcript names its
+    new length, so a crash between the two leaves the old transcript and history."""
+    store = FileSessionStore(tmp_path)
+    store.save("s", [user("a"), user("b"), user("c")])
+    store.compact("s", [user("sum1"), user("c")], replaced=[user("a"), user("b")])
+    transcript = (tmp_path / "s.json").read_bytes()
+    meta = (tmp_path / "s.meta.json").read_bytes()
+    store.compact("s", [user("sum2")], replaced=[user("sum1"), user("c")])
+    (tmp_path / "s.json").write_bytes(transcript)  # the transcript and sidecar writes "lost"
+    (tmp_path / "s.meta.json").write_bytes(meta)
+    assert [m.content for m in store.history("s")] == ["a", "b"]
+    assert [m.content for m in store.load("s") or []] == ["sum1", "c"]
+    store.compact("s", [user("sum3")], replaced=[user("sum1")])  # the retry replaces it
+    assert [m.content for m in store.history("s")] == ["a", "b", "sum1"]
+
+
+def test_a_damaged_history_file_is_reported_with_its_path(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    store.create("s", [user("sum")], history=[user("a")])
+    path = tmp_path / "s.history.json"
+    path.write_bytes(b"{oops")
+    with pytest.raises(StoreCorruptError) as info:
+        store.history("s")
+    assert info.value.path == str(path) and info.value.session_id == "s"
+    assert path.read_bytes() == b"{oops"
 
 
 def _append_worker(directory: str, name: str, count: int, barrier: Any) -> None:

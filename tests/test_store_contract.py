@@ -218,6 +218,12 @@ class FileKit(Kit):
         path = self._session(id) if what == "session" else self._checkpoint(id)
         mtime = path.stat().st_mtime - seconds
         os.utime(path, (mtime, mtime))
+        sidecar = self.root / "sessions" / f"{id}.meta.json"
+        if what == "session" and sidecar.exists():  # the catalog's times are the truth
+            doc = json.loads(sidecar.read_text())
+            doc["created_at"] -= seconds
+            doc["updated_at"] -= seconds
+            sidecar.write_text(json.dumps(doc))
 
 
 class SqliteKit(Kit):
