@@ -562,8 +562,9 @@ def test_file_store_prune_keeps_fresh_and_pending(tmp_path: Path) -> None:
     agent = create_agent(provider=ScriptedProvider(default=model), tools=[pay], store=store)
     agent.session(id="old").send("x")
     agent.session(id="paused").send("pay")
-    old = store.sessions.path_for("old")
-    os.utime(old, (1, 1))  # last written in 1970
+    from test_store_contract import FileKit
+
+    FileKit(tmp_path).age("session", "old", 2 * 86400)  # last written two days ago
     result = store.prune(older_than_s=86400)
     assert (result.sessions, result.approvals) == (1, 0)
     assert store.sessions.ids() == [] and len(agent.approvals.list()) == 1
