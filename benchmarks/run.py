@@ -7,6 +7,8 @@ Each ``benchmarks/bench_*.py`` runs as its own subprocess (so one benchmark's im
 and garbage do not weigh on the next), then the peers comparison (``python -m
 benchmarks.peers``). A benchmark that fails or times out is reported with the end of its
 error output, and the others still run. ``--quick`` is passed to the peers benchmark.
+``bench_postgres`` needs a PostgreSQL server in ``LOUSHO_TEST_POSTGRES_URL`` (it says it was
+skipped without one); ``bench_redis`` takes ``LOUSHO_TEST_REDIS_URL`` or starts a server.
 Benchmarks are not part of the test suite.
 """
 

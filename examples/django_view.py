@@ -16,6 +16,14 @@ Run:   python examples/django_view.py    (serves on 127.0.0.1 and calls itself o
 Serve: LOUSHO_DB=./chat.db python examples/django_view.py runserver 127.0.0.1:8000
        LOUSHO_DB=./chat.db gunicorn -w 4 --chdir examples django_view:application
        (set LOUSHO_DB so that every worker shares one SQLite file)
+
+On PostgreSQL: when settings.DATABASES["default"] is a PostgreSQL database, the sessions go
+there too (PostgresStore, tables in the schema settings.LOUSHO_POSTGRES_SCHEMA, default
+"lousho"), shared by every worker and machine: postgres_conninfo() builds the conninfo from
+the entry's NAME, USER, PASSWORD, HOST and PORT. Here the settings take them from
+POSTGRES_DB, POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_HOST and POSTGRES_PORT:
+       POSTGRES_DB=app POSTGRES_USER=app POSTGRES_PASSWORD=... POSTGRES_HOST=db.internal \
+           gunicorn -w 4 --chdir examples django_view:application
 """
 
 from __future__ import annotations
@@ -27,16 +35,30 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import django
 from django.conf import settings
 
 if not settings.configured:
+    # What a settings.py says. DATABASES: the PostgreSQL database of $POSTGRES_DB (and its
+    # user, password, host and port), or none (this example's default: SQLite for lousho).
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ["POSTGRES_DB"],
+        "USER": os.environ.get("POSTGRES_USER", ""),
+        "PASSWORD": os.environ.get("POSTGRES_PASSWORD", ""),
+        "HOST": os.environ.get("POSTGRES_HOST", ""),
+        "PORT": os.environ.get("POSTGRES_PORT", ""),
+    }} if os.environ.get("POSTGRES_DB") else {}
     settings.configure(DEBUG=False, ROOT_URLCONF=__name__, ALLOWED_HOSTS=["*"],
-                       SECRET_KEY="example-only", INSTALLED_APPS=[], MIDDLEWARE=[])
+                       SECRET_KEY="example-only", INSTALLED_APPS=[], MIDDLEWARE=[],
+                       DATABASES=DATABASES,
+                       LOUSHO_POSTGRES_SCHEMA=os.environ.get("LOUSHO_POSTGRES_SCHEMA",
+                                                             "lousho"))
     django.setup()
 
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
@@ -54,6 +76,10 @@ from lousho_sync import (
     session_id_for,
 )
 from lousho_sync.sqlite import SqliteStore
+
+POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2")
+DJANGO_ONLY_OPTIONS = {"isolation_level", "pool", "server_side_binding", "assume_role",
+                       "cursor_factory", "context", "prepare_threshold"}
 
 
 def model(req: ModelRequest) -> Step:
@@ -74,10 +100,37 @@ def database() -> str:
     return str(Path(tmp.name) / "agent.db")
 
 
+def postgres_conninfo(entry: Mapping[str, Any]) -> str:
+    """A libpq conninfo for a DATABASES entry: its NAME, USER, PASSWORD, HOST and PORT (the
+    empty ones left to libpq's defaults and PG* variables), and the OPTIONS that are libpq
+    parameters (sslmode, sslrootcert, ...)."""
+    from psycopg.conninfo import make_conninfo
+
+    params = {"dbname": entry.get("NAME"), "user": entry.get("USER"),
+              "password": entry.get("PASSWORD"), "host": entry.get("HOST"),
+              "port": entry.get("PORT")}
+    for key, value in (entry.get("OPTIONS") or {}).items():
+        if key not in DJANGO_ONLY_OPTIONS and isinstance(value, (str, int)):
+            params[key] = value
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v not in (None, "")})
+
+
+def store() -> Any:
+    """PostgresStore in the project's PostgreSQL database when it has one, else SQLite."""
+    default = settings.DATABASES.get("default", {})
+    if default.get("ENGINE") in POSTGRES_ENGINES:
+        from lousho_sync.postgres import PostgresStore
+
+        pg = PostgresStore(postgres_conninfo(default), schema=settings.LOUSHO_POSTGRES_SCHEMA)
+        atexit.register(pg.close)
+        return pg
+    return SqliteStore(database())
+
+
 agent = create_agent(
     **({"model": os.environ["LOUSHO_MODEL"]} if os.environ.get("LOUSHO_MODEL")
        else {"provider": ScriptedProvider(default=model)}),
-    store=SqliteStore(database()),
+    store=store(),
 )
 
 

@@ -14,6 +14,12 @@ Serve: LOUSHO_DB=./chat.db flask --app examples/flask_app.py run
        LOUSHO_DB=./chat.db gunicorn -w 4 --chdir examples flask_app:app
        (set LOUSHO_DB so that every worker shares one SQLite file; without it each process
        keeps its sessions in a temporary directory of its own)
+
+On PostgreSQL: set app.config["LOUSHO_POSTGRES_URL"] (here from $LOUSHO_POSTGRES_URL, e.g.
+postgresql://app:secret@db.internal:5432/app) and the sessions go to a PostgresStore there
+(tables in the schema app.config["LOUSHO_POSTGRES_SCHEMA"], default "lousho"), shared by
+every worker and machine:
+       LOUSHO_POSTGRES_URL=postgresql://... gunicorn -w 4 --chdir examples flask_app:app
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from flask import Flask, Response, jsonify, request
@@ -61,13 +68,28 @@ def database() -> str:
     return str(Path(tmp.name) / "agent.db")
 
 
-DB = database()
+app = Flask(__name__)
+app.config.update(LOUSHO_POSTGRES_URL=os.environ.get("LOUSHO_POSTGRES_URL"),
+                  LOUSHO_POSTGRES_SCHEMA=os.environ.get("LOUSHO_POSTGRES_SCHEMA", "lousho"))
+
+
+def store() -> Any:
+    """A PostgresStore when app.config names a PostgreSQL database, else SQLite."""
+    url = app.config["LOUSHO_POSTGRES_URL"]
+    if url:
+        from lousho_sync.postgres import PostgresStore
+
+        pg = PostgresStore(url, schema=app.config["LOUSHO_POSTGRES_SCHEMA"])
+        atexit.register(pg.close)
+        return pg
+    return SqliteStore(database())
+
+
 agent = create_agent(
     **({"model": os.environ["LOUSHO_MODEL"]} if os.environ.get("LOUSHO_MODEL")
        else {"provider": ScriptedProvider(default=model)}),
-    store=SqliteStore(DB),
+    store=store(),
 )
-app = Flask(__name__)
 
 
 def sse(data: object, event: str | None = None) -> str:

@@ -1,5 +1,6 @@
 """The ``lousho`` command's stores: which kind a ``--store`` value names, opening it without
-surprises, and the sessions it holds (including those that hold only a pending turn)."""
+surprises, the sessions it holds (including those that hold only a pending turn), and
+copying sessions from one store to another (``lousho sessions copy``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .catalog import LIST_LIMIT_MAX
-from .stores.base import supports_catalog
-from .turns import session_key, session_of
+from .errors import SessionExistsError, StoreConflictError
+from .stores.base import supports_append, supports_catalog
+from .turns import session_key, session_of, session_prefix
 
 __all__ = [
+    "CopyReport",
     "StoreProblem",
+    "copy_sessions",
     "listed_sessions",
     "open_store",
     "probe_writable",
@@ -117,9 +124,25 @@ def open_store(path: str, *, create: bool = True) -> Any:
         raise StoreProblem(f"cannot open the store {path!r}: {_one_line(exc)}") from exc
 
 
+def postgres_schema(url: str) -> tuple[str, str]:
+    """``url`` without its ``schema=`` query parameter (lousho's, not libpq's), and that
+    schema (default ``"lousho"``): ``postgresql://host/db?schema=app_chat``."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, "lousho"
+    schema, kept = "lousho", []
+    for item in query.split("&"):
+        if item.startswith("schema="):
+            schema = item[len("schema="):]
+        elif item:
+            kept.append(item)
+    return (f"{base}?{'&'.join(kept)}" if kept else base), schema
+
+
 def _open_postgres(url: str) -> Any:
-    """A PostgresStore on ``url``, connected now; StoreProblem naming the address only (the
-    URL may hold a password)."""
+    """A PostgresStore on ``url`` (its tables in the schema of a ``schema=`` query
+    parameter, default ``lousho``), connected now; StoreProblem naming the address only
+    (the URL may hold a password)."""
     try:
         from .postgres import PostgresStore
     except ImportError:
@@ -127,7 +150,8 @@ def _open_postgres(url: str) -> Any:
                            "pip install 'lousho[postgres]'") from None
     problem = ""
     try:
-        store = PostgresStore(url)
+        conninfo, schema = postgres_schema(url)
+        store = PostgresStore(conninfo, schema=schema)
     except Exception as exc:
         store, problem = None, _one_line(exc)
     if store is not None:
@@ -231,3 +255,85 @@ def sessions_table(rows: list[dict[str, Any]]) -> str:
         f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() + "\n"
         for a, b, c, d in table
     )
+
+
+# --- lousho sessions copy ---------------------------------------------------------------------
+
+
+@attrs.define
+class CopyReport:
+    """What :func:`copy_sessions` did: the ids copied (with their message counts), those
+    refused (id, reason), those whose pending turn stayed behind in the source, and those
+    whose metadata or compaction history the destination could not keep."""
+
+    copied: list[tuple[str, int]] = attrs.field(factory=list)
+    refused: list[tuple[str, str]] = attrs.field(factory=list)
+    pending_left: list[str] = attrs.field(factory=list)
+    catalog_dropped: list[str] = attrs.field(factory=list)
+
+
+def _exists_in(store: Any, id: str) -> bool:
+    """Whether ``id`` has a transcript, catalog metadata or a pending turn in ``store``."""
+    sessions = store.sessions
+    if sessions.load(id) is not None:
+        return True
+    if supports_catalog(sessions) and sessions.info(id) is not None:
+        return True
+    checkpoints = getattr(store, "checkpoints", None)
+    return checkpoints is not None and bool(checkpoints.keys(session_prefix(id)))
+
+
+def _has_pending(store: Any, id: str) -> bool:
+    checkpoints = getattr(store, "checkpoints", None)
+    return checkpoints is not None and bool(checkpoints.keys(session_prefix(id)))
+
+
+def copy_sessions(src: Any, dst: Any, ids: Sequence[str]) -> CopyReport:
+    """Copy the transcripts of ``ids`` from the store ``src`` to the store ``dst``.
+
+    When both session stores have the catalog (:class:`~lousho_sync.stores.base.
+    Catalogued`), a session's metadata and compaction history go with it, in one ``create``;
+    else the transcript alone, with ``append(id, messages, expected_length=0)`` where
+    ``dst`` has it (atomic: refused when another writer created the session meanwhile), else
+    ``save``. A session that exists in ``dst`` (a transcript, metadata or a pending turn) is
+    never overwritten: it is refused and the others are still copied. Pending turns
+    (checkpoints) and approvals are never copied; a session that holds only a pending turn
+    in ``src`` is refused (nothing to copy)."""
+    report = CopyReport()
+    src_sessions, dst_sessions = src.sessions, dst.sessions
+    catalog = supports_catalog(src_sessions) and supports_catalog(dst_sessions)
+    for id in ids:
+        messages = src_sessions.load(id) or []
+        metadata: dict[str, Any] = {}
+        history: list[Any] = []
+        if supports_catalog(src_sessions):
+            info = src_sessions.info(id)
+            metadata = dict(info.metadata) if info is not None else {}
+            history = src_sessions.history(id)
+        pending = _has_pending(src, id)
+        if not messages and not (catalog and metadata):
+            why = ("it holds only a pending turn, which is never copied" if pending
+                   else "no such session in the source")
+            report.refused.append((id, why))
+            continue
+        if _exists_in(dst, id):
+            report.refused.append((id, "it exists already in the destination (nothing of it "
+                                       "was changed there)"))
+            continue
+        try:
+            if catalog:
+                dst_sessions.create(id, messages, metadata=metadata, history=history)
+            elif supports_append(dst_sessions):
+                dst_sessions.append(id, messages, expected_length=0)
+            else:
+                dst_sessions.save(id, messages)
+        except (SessionExistsError, StoreConflictError):
+            report.refused.append((id, "it was created in the destination meanwhile (nothing "
+                                       "of it was changed there)"))
+            continue
+        report.copied.append((id, len(messages)))
+        if pending:
+            report.pending_left.append(id)
+        if not catalog and (metadata or history):
+            report.catalog_dropped.append(id)
+    return report

@@ -1,4 +1,5 @@
-"""The ``lousho`` command: ``demo``, ``chat``, ``sessions``.
+"""The ``lousho`` command: ``demo``, ``chat``, ``sessions`` (``list``, ``show``, ``delete``,
+``prune``, ``copy``).
 
 Exit codes: 0 done, 1 a runtime failure (a store problem, a missing session, a failed turn
 that ends the command), 2 a usage error (bad arguments, an invalid session id, a missing API
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 
 from ._cli_store import (
     StoreProblem,
+    copy_sessions,
     listed_sessions,
     open_store,
     probe_writable,
@@ -61,14 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=None,
                       help="where the demo's SQLite store goes (default: a temporary directory)")
     store_help = (f"a .db/.sqlite file, a directory (file stores; a new one needs a trailing "
-                  f"/) or a redis:// URL (default: {DEFAULT_STORE})")
+                  f"/), a redis:// URL or a postgresql:// URL (?schema=NAME picks the "
+                  f"schema; default lousho) (default: {DEFAULT_STORE})")
     chat = sub.add_parser("chat", help="a streaming chat, durable in a store")
     chat.add_argument("--session", default="default", help="session id (default: default)")
     chat.add_argument("--model", default=None,
                       help=f"provider/model (default: $LOUSHO_MODEL or {DEFAULT_MODEL})")
     chat.add_argument("--store", default=DEFAULT_STORE, help=store_help)
-    sessions = sub.add_parser("sessions", help="list, show, undo, fork, delete or prune stored "
-                                               "sessions")
+    sessions = sub.add_parser("sessions", help="list, show, undo, fork, delete, prune or "
+                                               "copy stored sessions")
     sessions.add_argument("--store", default=DEFAULT_STORE, help=store_help)
     ssub = sessions.add_subparsers(dest="action", required=True)
     listing = ssub.add_parser("list", help="sessions, newest first: id, messages, last update "
@@ -89,7 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     prune = ssub.add_parser("prune", help="delete what was not updated for a while")
     prune.add_argument("--older-than", required=True, type=_duration, help="e.g. 7d, 12h")
     prune.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    for p in (listing, show, undo, fork, delete, prune):
+    copy = ssub.add_parser(
+        "copy", help="copy sessions to another store (never overwrites one there)",
+        description="Copy transcripts (with their metadata and compaction history when both "
+        "stores keep them) from one store to another. A session that exists in the "
+        "destination is refused, never overwritten (delete it there first to copy it again); "
+        "the others are still copied, and the exit code is 1. Pending turns and approvals "
+        "are never copied: finish or discard them in the source first.")
+    copy.add_argument("--from", dest="source", default=None,
+                      help="the store to copy from (default: --store)")
+    copy.add_argument("--to", dest="target", required=True,
+                      help="the store to copy to (a new .db file or directory is created)")
+    copy.add_argument("--prefix", default=None, help="only the sessions whose id starts so")
+    copy.add_argument("ids", nargs="*", metavar="ID", help="only these sessions")
+    for p in (listing, show, undo, fork, delete, prune, copy):
         p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -202,6 +218,8 @@ def _session_info(session: Any) -> dict[str, Any]:
 def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     from .session import validate_session_id
 
+    if args.action == "copy":
+        return _copy(args, out)
     store = open_store(args.store, create=False)
     agent = _agent(store)
     if args.action == "list":
@@ -253,6 +271,71 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
             checkpoints.delete(key)
     out.write(json.dumps({"deleted": sid}) + "\n" if args.json else f"deleted {sid}\n")
     return EXIT_OK
+
+
+def _same_store(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a == b
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _copy(args: argparse.Namespace, out: TextIO) -> int:
+    from .errors import ConfigError
+    from .session import validate_session_id
+
+    source = args.source or args.store
+    if args.ids and args.prefix is not None:
+        raise ConfigError("give session ids or --prefix, not both")
+    if _same_store(source, args.target):
+        raise ConfigError(f"--from and --to name the same store {shown(source)!r}")
+    wanted = [validate_session_id(sid) for sid in args.ids]
+    src = open_store(source, create=False)
+    try:
+        dst = open_store(args.target, create=True)
+        try:
+            return _copy_between(args, source, src, dst, wanted, out)
+        finally:
+            _close(dst)
+    finally:
+        _close(src)
+
+
+def _close(store: Any) -> None:
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
+
+
+def _copy_between(args: argparse.Namespace, source: str, src: Any, dst: Any,
+                  wanted: list[str], out: TextIO) -> int:
+    if wanted:
+        ids = list(dict.fromkeys(wanted))
+    else:
+        ids = [sid for sid in stored_session_ids(src)
+               if args.prefix is None or sid.startswith(args.prefix)]
+    report = copy_sessions(src, dst, ids)
+    for sid in report.pending_left:
+        print(f"lousho: warning: session {sid!r} has a pending turn in {shown(source)}: it was "
+              "not copied (pending turns never are); to bring it, finish it there (`lousho chat "
+              f"--store {shown(source)} --session {sid}`, then /retry or /discard), delete "
+              f"{sid!r} from {shown(args.target)} and copy it again", file=sys.stderr)
+    for sid in report.catalog_dropped:
+        print(f"lousho: warning: {shown(args.target)} keeps no session metadata or compaction "
+              f"history: only the transcript of {sid!r} was copied", file=sys.stderr)
+    for sid, why in report.refused:
+        _error(f"session {sid!r} not copied: {why}")
+    if args.json:
+        out.write(json.dumps({
+            "copied": [{"id": sid, "messages": n} for sid, n in report.copied],
+            "refused": [{"id": sid, "reason": why} for sid, why in report.refused],
+            "pending_not_copied": report.pending_left}, indent=2) + "\n")
+    else:
+        for sid, n in report.copied:
+            out.write(f"copied {sid} ({n} messages)\n")
+        refused = f"; {len(report.refused)} refused" if report.refused else ""
+        out.write(f"copied {len(report.copied)} of {len(ids)} sessions from {shown(source)} "
+                  f"to {shown(args.target)}{refused}\n")
+    return EXIT_FAILURE if report.refused else EXIT_OK
 
 
 def _prune(args: argparse.Namespace, store: Any, stdin: TextIO, out: TextIO) -> int:

@@ -26,6 +26,7 @@ from _http_server import FakeServer, Recorded, Reply, fixture_reply, json_reply
 import lousho_sync
 from lousho_sync import FileStore, ProviderError, ScriptedProvider, Step, create_agent
 from lousho_sync.cli import open_store
+from lousho_sync.messages import Message
 from lousho_sync.sqlite import SqliteStore
 
 WAIT = 30.0
@@ -568,3 +569,151 @@ def test_file_store_prune_keeps_fresh_and_pending(tmp_path: Path) -> None:
     result = store.prune(older_than_s=86400)
     assert (result.sessions, result.approvals) == (1, 0)
     assert store.sessions.ids() == [] and len(agent.approvals.list()) == 1
+
+
+# --- lousho sessions copy ---------------------------------------------------------------------
+
+
+def _copy_env() -> dict[str, str]:
+    """The child imports this checkout's lousho_sync (whatever cwd it runs in)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**env_for(), "PYTHONPATH": root}
+
+
+def _transcripts(store: Any, ids: list[str]) -> dict[str, Any]:
+    return {sid: store.sessions.load(sid) for sid in ids}
+
+
+def _fill_source(db: Path) -> SqliteStore:
+    """alpha (2 messages), beta (4), other-1 (2), and p1 whose second turn stays pending."""
+    store = SqliteStore(db)
+    agent = create_agent(provider=ScriptedProvider(default="pong"), store=store)
+    agent.session(id="alpha").send("ping")
+    agent.session(id="beta").send("ping")
+    agent.session(id="beta").send("ping again")
+    agent.session(id="other-1").send("hello")
+    pending = create_agent(provider=ScriptedProvider(
+        ["first answer", Step(tool_calls=[("nothing", {})]), Step(error=ProviderError("down"))]),
+        store=store)
+    pending.session(id="p1").send("one")
+    with pytest.raises(ProviderError):
+        pending.session(id="p1").send("two")
+    assert pending.session(id="p1").pending() is not None
+    return store
+
+
+def _check_copy(src: Path, target: str, dst: Any) -> None:
+    """Copy everything from ``src`` to ``target`` (opened as ``dst``): the transcripts are
+    equal, the pending turn stays behind, and a second run refuses and changes nothing."""
+    source = _fill_source(src)
+    ids = ["alpha", "beta", "other-1", "p1"]
+    first = lousho("sessions", "copy", "--from", str(src), "--to", target, env=_copy_env())
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[:4] == ["copied alpha (2 messages)", "copied beta (4 messages)",
+                         "copied other-1 (2 messages)", "copied p1 (2 messages)"]
+    assert lines[4].startswith("copied 4 of 4 sessions from ")
+    assert "pending turn" in first.stderr and "'p1'" in first.stderr  # said, not copied
+    assert _transcripts(dst, ids) == _transcripts(source, ids)
+    assert dst.checkpoints.keys("") == []  # the pending turn was not copied
+    assert create_agent(provider=ScriptedProvider(default="x"), store=dst).session(
+        id="p1").pending() is None
+
+    dst.sessions.append("alpha", [Message("user", "written in the destination")],
+                        expected_length=2)
+    again = lousho("sessions", "copy", "--from", str(src), "--to", target, "--json",
+                   env=_copy_env())
+    assert again.returncode == 1
+    doc = json.loads(again.stdout)
+    assert doc["copied"] == [] and [r["id"] for r in doc["refused"]] == ids
+    assert all("exists already" in r["reason"] for r in doc["refused"])
+    assert again.stderr.count("lousho: error: session ") == 4
+    assert len(dst.sessions.load("alpha")) == 3  # nothing overwritten
+    source.close()
+
+
+def test_sessions_copy_sqlite_to_sqlite(tmp_path: Path) -> None:
+    dst_db = tmp_path / "new" / "dst.db"
+    dst_db.parent.mkdir()
+    with SqliteStore(dst_db) as dst:
+        _check_copy(tmp_path / "src.db", str(dst_db), dst)
+
+
+def test_sessions_copy_sqlite_to_postgres(
+    tmp_path: Path, postgres_url: str, postgres_schema: str
+) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    target = postgres_url + ("&" if "?" in postgres_url else "?") + f"schema={postgres_schema}"
+    with PostgresStore(postgres_url, schema=postgres_schema) as dst:
+        _check_copy(tmp_path / "src.db", target, dst)
+        listed = lousho("sessions", "--store", target, "list", env=_copy_env())
+        assert listed.returncode == 0 and listed.stdout.split() == [
+            "alpha", "beta", "other-1", "p1"]
+
+
+def test_sessions_copy_picks_by_prefix_or_ids_and_refuses_bad_choices(tmp_path: Path) -> None:
+    src = tmp_path / "src.db"
+    _fill_source(src).close()
+    dst = tmp_path / "dst.db"
+
+    def copy(*args: str) -> subprocess.CompletedProcess[str]:
+        return lousho("sessions", "copy", "--from", str(src), "--to", str(dst), *args,
+                      env=_copy_env())
+
+    by_prefix = copy("--prefix", "other-")
+    assert by_prefix.returncode == 0, by_prefix.stderr
+    assert by_prefix.stdout.splitlines()[-1].startswith("copied 1 of 1 sessions")
+    missing = copy("beta", "nope")
+    assert missing.returncode == 1
+    assert "copied beta (4 messages)" in missing.stdout
+    assert "session 'nope' not copied: no such session in the source" in missing.stderr
+    with SqliteStore(dst) as store:
+        assert store.sessions.ids() == ["beta", "other-1"]
+    assert copy("--prefix", "a", "alpha").returncode == 2  # ids or --prefix
+    assert copy("../etc").returncode == 2  # not a session id
+    same = lousho("sessions", "copy", "--from", str(src), "--to", str(src), env=_copy_env())
+    assert same.returncode == 2 and "same store" in same.stderr
+    absent = lousho("sessions", "copy", "--from", str(tmp_path / "none.db"), "--to", str(dst),
+                    env=_copy_env())
+    assert absent.returncode == 1 and not (tmp_path / "none.db").exists()
+
+
+def test_copy_sessions_keeps_metadata_and_history_between_catalog_stores() -> None:
+    from lousho_sync._cli_store import copy_sessions
+    from lousho_sync.stores.memory import memory_store
+
+    src, dst = memory_store(), memory_store()
+    old = [Message("user", "old question"), Message("assistant", "old answer")]
+    src.sessions.create("s1", [Message("user", "summary")], metadata={"title": "Trip"},
+                        history=old)
+    src.sessions.set_metadata("tagged", {"owner": "ali"})  # metadata, no messages
+    dst.sessions.save("taken", [Message("user", "mine")])
+    src.sessions.save("taken", [Message("user", "theirs")])
+    report = copy_sessions(src, dst, ["s1", "tagged", "taken"])
+    assert report.copied == [("s1", 1), ("tagged", 0)]
+    assert [sid for sid, _ in report.refused] == ["taken"]
+    assert dst.sessions.history("s1") == old
+    assert dst.sessions.info("s1").metadata == {"title": "Trip"}
+    assert dst.sessions.info("tagged").metadata == {"owner": "ali"}
+    assert dst.sessions.load("taken") == [Message("user", "mine")]
+
+
+def test_copy_sessions_into_a_store_without_a_catalog_says_what_stayed_behind(
+    tmp_path: Path,
+) -> None:
+    from lousho_sync._cli_store import copy_sessions
+    from lousho_sync.stores.base import supports_catalog
+    from lousho_sync.stores.memory import memory_store
+
+    src = memory_store()
+    src.sessions.create("s1", [Message("user", "hi")], metadata={"title": "T"})
+    with SqliteStore(tmp_path / "dst.db") as dst:
+        report = copy_sessions(src, dst, ["s1"])
+        assert report.copied == [("s1", 1)]
+        assert dst.sessions.load("s1") == [Message("user", "hi")]
+        if supports_catalog(dst.sessions):  # a SqliteStore with the catalog keeps it all
+            assert report.catalog_dropped == []
+            assert dst.sessions.info("s1").metadata == {"title": "T"}
+        else:
+            assert report.catalog_dropped == ["s1"]

@@ -1,16 +1,22 @@
 """The web examples (Flask, Django, ASGI) served on 127.0.0.1 by a real HTTP server and
 called through a real HTTP client: answers stream as server-sent events, any user key is a
 session, the transcript can be read back, and a client that hangs up mid-stream aborts its
-turn without changing the transcript."""
+turn without changing the transcript. On PostgreSQL (the ``postgres_url`` fixture: skipped
+with the reason without a server, failing under ``CI``), the Flask and Django examples run
+as two processes each, by their dev servers, sharing one database: a turn sent to one is
+in PostgreSQL and read by the other."""
 
 from __future__ import annotations
 
 import http.client
 import importlib.util
 import json
+import os
 import socket
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from conftest import free_port
 
 from lousho_sync import session_id_for
 
@@ -168,3 +175,120 @@ def test_a_client_that_hangs_up_mid_stream_aborts_the_turn(port: int) -> None:
     assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
     assert doc["messages"][0]["text"] == "short"
     assert "story" not in json.dumps(doc) and "and then" not in json.dumps(doc)
+
+
+# --- on PostgreSQL: two app processes share the sessions --------------------------------------
+
+ROOT = EXAMPLES.parent
+
+
+def _pg_env(name: str, url: str, schema: str) -> dict[str, str]:
+    """The environment that puts example ``name`` on PostgreSQL: Django's DATABASES from
+    POSTGRES_* (the example's settings), Flask's app.config from LOUSHO_POSTGRES_URL."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LOUSHO_DB", "LOUSHO_MODEL", "LOUSHO_POSTGRES_URL")
+           and not k.startswith("POSTGRES_")}
+    env.update(PYTHONPATH=str(ROOT), LOUSHO_POSTGRES_SCHEMA=schema)
+    if name == "flask_app":
+        env["LOUSHO_POSTGRES_URL"] = url
+        return env
+    params = conninfo_to_dict(url)
+    env.update(POSTGRES_DB=str(params.get("dbname") or params.get("user") or ""),
+               POSTGRES_USER=str(params.get("user") or ""),
+               POSTGRES_PASSWORD=str(params.get("password") or ""),
+               POSTGRES_HOST=str(params.get("host") or ""),
+               POSTGRES_PORT=str(params.get("port") or ""))
+    return env
+
+
+class AppProcess:
+    """An example served by its documented dev server in a process of its own."""
+
+    def __init__(self, name: str, env: dict[str, str], tmp: Path) -> None:
+        self.port = free_port()
+        if name == "flask_app":
+            command = [sys.executable, "-m", "flask", "--app", str(EXAMPLES / "flask_app.py"),
+                       "run", "--port", str(self.port), "--no-reload"]
+        else:
+            command = [sys.executable, str(EXAMPLES / "django_view.py"), "runserver",
+                       f"127.0.0.1:{self.port}", "--noreload"]
+        self.log = (tmp / f"{name}-{self.port}.log").open("w+")
+        self.proc = subprocess.Popen(command, env=env, cwd=tmp, stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + WAIT
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{name} exited {self.proc.returncode}: {self.output()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise AssertionError(f"{name} never listened: {self.output()}") from None
+                time.sleep(0.05)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(WAIT)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait(WAIT)
+        self.log.close()
+
+
+@pytest.mark.parametrize("name", ["flask_app", "django_view"])
+def test_on_postgres_a_turn_sent_over_http_is_read_by_another_app_process(
+    name: str, postgres_url: str, postgres_schema: str, tmp_path: Path
+) -> None:
+    from lousho_sync.postgres import PostgresStore
+
+    env = _pg_env(name, postgres_url, postgres_schema)
+    user = "pg-user@example.com"
+    first = AppProcess(name, env, tmp_path)
+    try:
+        second = AppProcess(name, env, tmp_path)
+        try:
+            response, events = post(first.port, user, "Hello from process one")
+            assert response.status == 200 and events[-1][0] == "done", (
+                events, first.output())
+            with PostgresStore(postgres_url, schema=postgres_schema) as store:
+                stored = store.sessions.load(session_id_for(user))  # it is in PostgreSQL
+            assert stored is not None
+            assert [m.text for m in stored][0] == "Hello from process one"
+            doc = transcript(second.port, user)  # read by the other process
+            assert doc["session_id"] == session_id_for(user)
+            assert [(m["role"], m["text"]) for m in doc["messages"]] == [
+                (m.role, m.text) for m in stored]
+            _, events = post(second.port, user, "And from process two")
+            assert events[-1] == ("done", {"finish_reason": "stop",
+                                           "session_id": session_id_for(user), "messages": 4})
+            assert [m["text"] for m in transcript(first.port, user)["messages"]][::2] == [
+                "Hello from process one", "And from process two"]
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+def test_the_django_helper_builds_the_conninfo_from_databases() -> None:
+    pytest.importorskip("django")
+    conninfo_to_dict = pytest.importorskip("psycopg.conninfo").conninfo_to_dict
+
+    module = load("django_view")
+    conninfo = module.postgres_conninfo({
+        "ENGINE": "django.db.backends.postgresql", "NAME": "app", "USER": "al",
+        "PASSWORD": "p w'd", "HOST": "db.internal", "PORT": 6543,
+        "OPTIONS": {"sslmode": "require", "isolation_level": 1}})
+    assert conninfo_to_dict(conninfo) == {"dbname": "app", "user": "al", "password": "p w'd",
+                                          "host": "db.internal", "port": "6543",
+                                          "sslmode": "require"}
+    assert conninfo_to_dict(module.postgres_conninfo({"NAME": "app", "HOST": ""})) == {
+        "dbname": "app"}

@@ -395,16 +395,15 @@ def _lousho(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_cli_lists_sessions_of_a_postgres_store(
     store: Any, postgres_url: str, postgres_schema: str
 ) -> None:
-    from lousho_sync.postgres import PostgresStore
-
-    with PostgresStore(postgres_url) as default:  # the CLI uses the default schema
-        default.sessions.save(f"cli-{postgres_schema}", [user("hi")])
-        try:
-            out = _lousho("sessions", "--store", postgres_url, "list")
-            assert out.returncode == 0, out.stderr
-            assert f"cli-{postgres_schema}" in out.stdout
-        finally:
-            default.sessions.delete(f"cli-{postgres_schema}")
+    # ?schema= picks the store's schema (the CLI's default is "lousho"; a test's own keeps
+    # it apart from other runs on the same server)
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + f"schema={postgres_schema}"
+    store.sessions.save("cli-listed", [user("hi")])
+    out = _lousho("sessions", "--store", url, "list")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["cli-listed"]
+    shown = _lousho("sessions", "--store", url, "show", "cli-listed")
+    assert shown.returncode == 0 and shown.stdout == "user: hi\n", shown.stderr
 
 
 def test_the_cli_reports_a_down_server_in_one_line_without_the_password() -> None:

@@ -1,7 +1,9 @@
 """Every ``python`` block of README.md runs as written, imports included, each in a fresh
 interpreter in an empty directory, offline: model strings ("openai/...") reach a fake
 OpenAI-format server on 127.0.0.1 through OPENAI_BASE_URL. What a block says it prints, it
-prints. A README that drifts from the code fails here."""
+prints. The ``lousho`` commands of "Moving from SQLite" run against a real SQLite file and
+PostgreSQL server (the ``postgres_url`` fixture). A README that drifts from the code fails
+here."""
 
 from __future__ import annotations
 
@@ -144,3 +146,48 @@ def test_every_file_the_readme_names_is_in_the_repository() -> None:
     assert named, "the README names no file?"
     missing = sorted(n for n in named if not (ROOT / n.rstrip("/")).exists())
     assert missing == []
+
+
+def section(heading: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def test_the_moving_from_sqlite_commands_run_as_written(
+    postgres_url: str, postgres_schema: str, tmp_path: Path
+) -> None:
+    """The ``lousho`` lines of "Moving from SQLite", against a real SQLite file and a real
+    PostgreSQL server (its URL, with this test's own schema, for the one in the README)."""
+    import shlex
+
+    from lousho_sync import ScriptedProvider, create_agent
+    from lousho_sync.postgres import PostgresStore
+    from lousho_sync.sqlite import SqliteStore
+
+    text = section("Moving from SQLite")
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    commands = [line for block in blocks for line in block.splitlines()
+                if line.startswith("lousho ")]
+    assert len(commands) == 2, commands
+    readme_url = "postgresql://app:secret@db.internal:5432/app"
+    assert all(readme_url in c for c in commands)
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + f"schema={postgres_schema}"
+    with SqliteStore(tmp_path / "chat.db") as sqlite:
+        agent = create_agent(provider=ScriptedProvider(default="ok"), store=sqlite)
+        for sid in ("ali", "bo"):
+            agent.session(id=sid).send("hi")
+        expected = {sid: sqlite.sessions.load(sid) for sid in ("ali", "bo")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    outputs = []
+    for command in commands:
+        args = shlex.split(command.replace(readme_url, url))[1:]
+        proc = subprocess.run([sys.executable, "-m", "lousho_sync", *args], cwd=tmp_path,
+                              capture_output=True, text=True, env=env, timeout=WAIT)
+        assert proc.returncode == 0, (command, proc.stderr)
+        outputs.append(proc.stdout)
+    assert outputs[0].splitlines()[-1].startswith("copied 2 of 2 sessions")
+    assert outputs[1].split() == ["ali", "bo"]
+    with PostgresStore(postgres_url, schema=postgres_schema) as pg:
+        assert {sid: pg.sessions.load(sid) for sid in ("ali", "bo")} == expected
