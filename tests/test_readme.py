@@ -188,6 +188,6 @@ def test_the_moving_from_sqlite_commands_run_as_written(
         assert proc.returncode == 0, (command, proc.stderr)
         outputs.append(proc.stdout)
     assert outputs[0].splitlines()[-1].startswith("copied 2 of 2 sessions")
-    assert outputs[1].split() == ["ali", "bo"]
+    assert sorted(line.split()[0] for line in outputs[1].splitlines()[1:]) == ["ali", "bo"]
     with PostgresStore(postgres_url, schema=postgres_schema) as pg:
         assert {sid: pg.sessions.load(sid) for sid in ("ali", "bo")} == expected
