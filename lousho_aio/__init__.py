@@ -33,6 +33,7 @@ from lousho_sync.errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreDecryptError,
     StoreDurabilityWarning,
     StoreError,
     StoreTooNewError,
@@ -87,6 +88,7 @@ from lousho_sync.stores.base import (
     SessionStore,
     StorageService,
 )
+from lousho_sync.stores.encrypted import EncryptedStore
 from lousho_sync.stores.files import (
     FileSessionStore,
     FileStorage,
@@ -132,6 +134,7 @@ __all__ = [
     "ContextCleared",
     "DEFAULT_MAX_WORKERS",
     "EVENT_BUFFER",
+    "EncryptedStore",
     "Event",
     "ExecutionResult",
     "FilePart",
@@ -187,6 +190,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDecryptError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",

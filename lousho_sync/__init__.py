@@ -40,6 +40,7 @@ from .errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreDecryptError,
     StoreDurabilityWarning,
     StoreError,
     StoreTooNewError,
@@ -95,6 +96,7 @@ from .stores.base import (
     SessionStore,
     StorageService,
 )
+from .stores.encrypted import EncryptedStore
 from .stores.files import (
     FileSessionStore,
     FileStorage,
@@ -146,6 +148,7 @@ __all__ = [
     "CompactionStart",
     "ConfigError",
     "ContextCleared",
+    "EncryptedStore",
     "Event",
     "ExecutionResult",
     "FilePart",
@@ -202,6 +205,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDecryptError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",
