@@ -36,6 +36,7 @@ from lousho_sync.errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreDecryptError,
     StoreDurabilityWarning,
     StoreError,
     StoreTooNewError,
@@ -90,6 +91,7 @@ from lousho_sync.stores.base import (
     SessionStore,
     StorageService,
 )
+from lousho_sync.stores.encrypted import EncryptedStore
 from lousho_sync.stores.files import (
     FileSessionStore,
     FileStorage,
@@ -135,6 +137,7 @@ __all__ = [
     "ContextCleared",
     "DEFAULT_MAX_WORKERS",
     "EVENT_BUFFER",
+    "EncryptedStore",
     "Event",
     "ExecutionResult",
     "FilePart",
@@ -194,6 +197,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDecryptError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",

@@ -43,6 +43,7 @@ from .errors import (
     StoreClosedError,
     StoreConflictError,
     StoreCorruptError,
+    StoreDecryptError,
     StoreDurabilityWarning,
     StoreError,
     StoreTooNewError,
@@ -98,6 +99,7 @@ from .stores.base import (
     SessionStore,
     StorageService,
 )
+from .stores.encrypted import EncryptedStore
 from .stores.files import (
     FileSessionStore,
     FileStorage,
@@ -149,6 +151,7 @@ __all__ = [
     "CompactionStart",
     "ConfigError",
     "ContextCleared",
+    "EncryptedStore",
     "Event",
     "ExecutionResult",
     "FilePart",
@@ -209,6 +212,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDecryptError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",

@@ -21,6 +21,7 @@
     │   ├── StoreCorruptError
     │   ├── StoreTooNewError
     │   ├── StoreConflictError
+    │   ├── StoreDecryptError                  an EncryptedStore record does not decrypt
     │   └── LeaseLostError                     a write refused: a newer lease holder exists
     ├── ApprovalTurnMissingError (LookupError) the paused turn of an approval is gone
     ├── ApprovalAlreadyResolvedError
@@ -62,6 +63,7 @@ __all__ = [
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
+    "StoreDecryptError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",
@@ -276,6 +278,26 @@ class StoreConflictError(StoreError):
         super().__init__(message, path=path, address=address, session_id=session_id)
         self.expected_length = expected_length
         self.actual_length = actual_length
+
+
+class StoreDecryptError(StoreError):
+    """A record of an EncryptedStore does not decrypt: written with a key not given,
+    changed (tampering), moved from another record, or not encrypted at all. ``record``
+    names it ("message 3 of session 's1'"); the stored data is left as it was."""
+
+    code = "LOUSHO_STORE_DECRYPT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        address: str | None = None,
+        session_id: str | None = None,
+        record: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, address=address, session_id=session_id)
+        self.record = record
 
 
 class SessionExistsError(StoreError):

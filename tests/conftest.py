@@ -3,6 +3,7 @@ Redis tests; records and child-process helpers for the store tests."""
 
 from __future__ import annotations
 
+import base64
 import os
 import select
 import shutil
@@ -24,6 +25,11 @@ WAIT = 10.0  # seconds: the longest any event/join in a test may wait
 # SqliteStore on the standard sqlite3 module (what most users run, with its WAL-reset guard)
 # unless the run says otherwise; tests/test_sqlite_wal.py covers the pysqlite3 choice.
 os.environ.setdefault("LOUSHO_SQLITE_DRIVER", "sqlite3")
+
+# The key of the EncryptedStore kinds ("encrypted-…"): one per run, handed to child processes
+# through the environment (never on their command line).
+ENCRYPTION_KEY_VAR = "LOUSHO_TEST_ENCRYPTION_KEY"
+os.environ.setdefault(ENCRYPTION_KEY_VAR, base64.urlsafe_b64encode(os.urandom(32)).decode())
 
 
 def wait(event: threading.Event, what: str = "event") -> None:

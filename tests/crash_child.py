@@ -2,9 +2,11 @@
 
     python tests/crash_child.py KIND DIR MODE
 
-KIND is ``files`` or ``sqlite``. MODE ``step`` prints each event of one turn and waits for a
-line on stdin before going on (so the parent can SIGKILL it at an exact point); ``tool``,
-``after-result`` and ``stream`` block at that point and print BLOCKED.
+KIND is ``files``, ``sqlite``, ``redis``, ``postgres`` or ``encrypted-sqlite`` (an
+EncryptedStore over the SQLite store; its key in ``LOUSHO_TEST_ENCRYPTION_KEY``). MODE
+``step`` prints each event of one turn and waits for a line on stdin before going on (so the
+parent can SIGKILL it at an exact point); ``tool``, ``after-result`` and ``stream`` block at
+that point and print BLOCKED.
 """
 
 from __future__ import annotations
@@ -95,6 +97,11 @@ class CrashProvider:
 
 def make_store(kind: str, root: Path) -> Any:
     """The durable store of ``kind`` under ``root``."""
+    if kind.startswith("encrypted-"):  # the key comes through the environment, never argv
+        from lousho_sync.stores.encrypted import EncryptedStore
+
+        return EncryptedStore(make_store(kind.removeprefix("encrypted-"), root),
+                              keys=[os.environ["LOUSHO_TEST_ENCRYPTION_KEY"]])
     if kind == "redis":
         import hashlib
 

@@ -3,8 +3,9 @@
 
     python tests/storm_worker.py KIND LOCATION WORKER SEED [TTL]
 
-KIND is ``files``, ``sqlite``, ``redis`` or ``postgres`` (LOCATION a directory, or
-``<url>|<prefix>`` / ``<url>|<schema>``).
+KIND is ``files``, ``sqlite``, ``redis``, ``postgres`` or ``encrypted-sqlite`` (LOCATION a
+directory, or ``<url>|<prefix>`` / ``<url>|<schema>``; the key of ``encrypted-…`` in
+``LOUSHO_TEST_ENCRYPTION_KEY``).
 The worker first resumes every session (a restarted worker finishes what its predecessor
 left), then sends turns forever. It appends to ``<log dir>/effects-<WORKER>.log``:
 ``sent UID`` before a send, ``returned UID`` after it returned, and the tools write
@@ -51,6 +52,11 @@ class Log:
 
 def make_store(kind: str, location: str) -> Any:
     """The shared store of ``kind`` at ``location``."""
+    if kind.startswith("encrypted-"):  # the key comes through the environment, never argv
+        from lousho_sync.stores.encrypted import EncryptedStore
+
+        return EncryptedStore(make_store(kind.removeprefix("encrypted-"), location),
+                              keys=[os.environ["LOUSHO_TEST_ENCRYPTION_KEY"]])
     if kind == "redis":
         from lousho_sync.redis import RedisStore
 

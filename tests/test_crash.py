@@ -14,7 +14,9 @@ from conftest import STORE_KINDS
 from crash_child import FINAL_CHUNKS, SESSION, make_agent
 
 HERE = Path(__file__).resolve().parent
-KINDS = STORE_KINDS  # "redis" runs on the shared server, or is skipped with the reason
+# "redis" runs on the shared server, or is skipped with the reason; "encrypted-sqlite" is an
+# EncryptedStore over SQLite (the children get its key through the environment)
+KINDS = [*STORE_KINDS, "encrypted-sqlite"]
 
 EXPECTED = [
     ("user", "go", ()),
@@ -124,7 +126,7 @@ EVENTS_PER_TURN = 14  # run.start … run.done for the scripted turn
 def test_kill_at_random_points(kind: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("LOUSHO_CRASH_SEED", "20261202"))
     rng = random.Random(seed)
-    rounds = {"files": 50, "sqlite": 25}.get(kind, 10)
+    rounds = {"files": 50, "sqlite": 25, "encrypted-sqlite": 25}.get(kind, 10)
     for i in range(rounds):
         root = tmp_path / f"r{i}"
         root.mkdir()

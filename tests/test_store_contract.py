@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import approval, assistant, checkpoint, read_line, texts, user
+from conftest import ENCRYPTION_KEY_VAR, approval, assistant, checkpoint, read_line, texts, user
 
 from lousho_sync.agent import create_agent
 from lousho_sync.errors import (
@@ -342,8 +342,66 @@ class PostgresKit(Kit):
         self._sql(sql, seconds, id)
 
 
-@pytest.fixture(params=["memory", "files", "sqlite", "redis", "postgres"])
+class EncryptedKit(Kit):
+    """An EncryptedStore over another kit's store (the key from ENCRYPTION_KEY_VAR): the
+    inner kit's hooks, with checkpoint JSON read and written through the encryption."""
+
+    def __init__(self, inner: Kit) -> None:
+        self.inner = inner
+        self.name = f"encrypted-{inner.name}"
+        self.location, self.location_attr = inner.location, inner.location_attr
+        self.lacks = dict(inner.lacks)
+
+    def open(self) -> Any:
+        from lousho_sync.stores.encrypted import EncryptedStore
+
+        return EncryptedStore(self.inner.open(), keys=[os.environ[ENCRYPTION_KEY_VAR]])
+
+    def child_argv(self) -> list[str]:
+        kind, where, prefix = self.inner.child_argv()
+        return [f"encrypted-{kind}", where, prefix]
+
+    def session_location(self, id: str) -> str | None:
+        return self.inner.session_location(id)
+
+    def checkpoint_location(self, key: str) -> str | None:
+        return self.inner.checkpoint_location(key)
+
+    def message_ref(self, index: int) -> str:
+        return self.inner.message_ref(index)
+
+    def damage_message(self, id: str, index: int) -> None:
+        self.inner.damage_message(id, index)
+
+    def age(self, what: str, id: str, seconds: float) -> None:
+        self.inner.age(what, id, seconds)
+
+    def _keyring(self) -> Any:
+        from lousho_sync.stores.encrypted import Keyring
+
+        return Keyring([os.environ[ENCRYPTION_KEY_VAR]])
+
+    def checkpoint_json(self, key: str) -> str:
+        from lousho_sync.stores.encrypted import MARK, record_aad
+
+        envelope = json.loads(self.inner.checkpoint_json(key))
+        return str(self._keyring().open(envelope[MARK], record_aad("checkpoint", key)).decode())
+
+    def set_checkpoint_json(self, key: str, text: str) -> None:
+        from lousho_sync.stores.encrypted import MARK, record_aad
+
+        envelope = json.loads(self.inner.checkpoint_json(key))
+        envelope[MARK] = self._keyring().seal(text.encode(), record_aad("checkpoint", key))
+        self.inner.set_checkpoint_json(key, json.dumps(envelope))
+
+
+@pytest.fixture(params=["memory", "files", "sqlite", "redis", "postgres", "encrypted-sqlite",
+                        "encrypted-memory"])
 def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Kit:
+    if request.param == "encrypted-sqlite":
+        return EncryptedKit(SqliteKit(tmp_path / "store.db"))
+    if request.param == "encrypted-memory":
+        return EncryptedKit(MemoryKit())
     if request.param == "memory":
         return MemoryKit()
     if request.param == "files":
@@ -1043,6 +1101,8 @@ from lousho_sync.messages import Message
 from lousho_sync.records import Checkpoint, Fence
 from lousho_sync.stores._lease import make_owner
 kind, where, prefix = sys.argv[1:4]
+encrypted = kind.startswith("encrypted-")
+kind = kind.removeprefix("encrypted-")
 if kind == "sqlite":
     from lousho_sync.sqlite import SqliteStore
     store = SqliteStore(where)
@@ -1052,6 +1112,10 @@ elif kind == "postgres":
 else:
     from lousho_sync.redis import RedisStore
     store = RedisStore(where, prefix=prefix)
+if encrypted:
+    import os
+    from lousho_sync.stores.encrypted import EncryptedStore
+    store = EncryptedStore(store, keys=[os.environ["LOUSHO_TEST_ENCRYPTION_KEY"]])
 token = store.sessions.acquire_lease("s1", owner=make_owner(), ttl_s=0.5, wait_s=10)
 fence = Fence("s1", token)
 store.checkpoints.save("s1.turn-0", Checkpoint(key="s1.turn-0", session_id="s1", run_id="A"),

@@ -121,7 +121,7 @@ def _check(agent: Any, logs: Path) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("kind", ["sqlite", "redis", "files", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "files", "postgres", "encrypted-sqlite"])
 def test_kill_storm_commits_every_turn_exactly_once(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
