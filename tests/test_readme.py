@@ -77,6 +77,7 @@ EXPECTED: dict[str, list[str]] = {
     "Listing, metadata, undo and fork": [
         "notes 2 None\ntrip-oslo 6 Oslo in May\nundone: ['Actually, no hotel', 'Noted.']\n"
         "trip-oslo ['Book a flight', 'Noted.']\n4 messages ever committed"],
+    "Encrypted stores": ["noted\n"],
     "In an asyncio app": ["Hello there", "Hello there"],
     "Errors": ["LOUSHO_INVALID_SESSION_ID\n"],
 }
