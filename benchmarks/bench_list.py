@@ -1,6 +1,6 @@
 """``store.sessions.list()`` on 10,000 sessions, on every store: it must not load transcripts.
 
-    python benchmarks/bench_list.py [--sessions N] [--stores memory,sqlite,files,redis,postgres]
+    python benchmarks/bench_list.py [--sessions N] [--stores memory,sqlite,encrypted-sqlite,...]
 
 Each store gets N sessions (default 10,000) of 10 messages and a title. Printed per store:
 the first page (limit 100) and a walk through every session (pages of 1,000), in ms; the
@@ -29,8 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_redis import redis_server  # noqa: E402
-from lousho_sync.messages import Message  # noqa: E402
+from benchmarks.bench_redis import redis_server
+from lousho_sync.messages import Message
 
 TRANSCRIPT = [Message("user" if i % 2 == 0 else "assistant", f"message {i} " * 20)
               for i in range(10)]
@@ -87,6 +87,13 @@ def opened(kind: str, root: Path, redis_url: str | None) -> Iterator[tuple[Any, 
 
             yield store, bare
             conn.close()
+    elif kind == "encrypted-sqlite":
+        from lousho_sync import EncryptedStore
+        from lousho_sync.sqlite import SqliteStore
+
+        inner = SqliteStore(root / "list.db", synchronous="normal")
+        with EncryptedStore(inner, keys=[EncryptedStore.generate_key()]) as store:
+            yield store, None
     elif kind == "redis":
         import redis
 
@@ -148,7 +155,7 @@ def bench(kind: str, n: int, redis_url: str | None) -> None:
                 return [store.sessions.load(i.id) for i in store.sessions.list(limit=100)]
 
             loaded = median_ms(naive, 10)
-            line = (f"{kind:8} {n} sessions (filled in {filled_s:.1f} s): first page "
+            line = (f"{kind:16} {n} sessions (filled in {filled_s:.1f} s): first page "
                     f"{page:.2f} ms (with 100 stored: {small:.2f} ms, x{page / small:.2f}); "
                     f"all {n} in pages of 1000: {whole:.0f} ms; loading the page's transcripts "
                     f"too: {loaded:.2f} ms (x{loaded / page:.1f})")
@@ -163,7 +170,7 @@ def bench(kind: str, n: int, redis_url: str | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10_000)
-    parser.add_argument("--stores", default="memory,sqlite,files,redis,postgres")
+    parser.add_argument("--stores", default="memory,sqlite,encrypted-sqlite,files,redis,postgres")
     parser.add_argument("--redis", default=None, help="a Redis URL (default: see above)")
     args = parser.parse_args()
     kinds = args.stores.split(",")
