@@ -22,6 +22,7 @@ import attrs
 
 from .errors import ConfigError, InvalidMetadataError, StoreCorruptError
 from .ids import validate_session_id
+from .messages import _frozen_map, _reduce
 
 __all__ = [
     "LIST_LIMIT_MAX",
@@ -54,14 +55,17 @@ class SessionInfo:
 
     ``messages`` counts the current transcript (not what compaction replaced);
     ``created_at``/``updated_at`` are Unix times (seconds) of the first write and of the
-    last change of the transcript or the metadata.
+    last change of the transcript or the metadata. ``metadata`` is a read-only mapping
+    (``dict(info.metadata)`` for a copy to change).
     """
 
     id: str
     messages: int
     created_at: float
     updated_at: float
-    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map, hash=False)
+
+    __reduce__ = _reduce
 
     @property
     def title(self) -> str | None:

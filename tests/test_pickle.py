@@ -51,6 +51,8 @@ from lousho_sync import (
     RunStart,
     SessionAwaitingApprovalError,
     SessionEvent,
+    SessionInfo,
+    SessionPage,
     StepStart,
     TextDelta,
     TextPart,
@@ -89,6 +91,8 @@ RESULT = ExecutionResult(
     usage=USAGE, steps=2, run_id="run-1", approval_id="ap-1", approval_ids=("ap-1", "ap-2"),
     exceeded=None,
 )
+INFO = SessionInfo(id="s-1", messages=3, created_at=1.5, updated_at=2.5,
+                   metadata={"title": "t", "tags": ["a"]})
 ERROR = SessionAwaitingApprovalError("waiting", approval_id="ap-1", session_id="s-1")
 
 SAMPLES: dict[str, Any] = {
@@ -137,6 +141,9 @@ SAMPLES: dict[str, Any] = {
     "ModelResponse": ModelResponse(message=ASSISTANT, finish_reason="tool_calls", model="m"),
     "ModelTextDelta": ModelTextDelta("x"),
     "ModelToolCallDelta": ModelToolCallDelta(0, "c", "lookup", '{"a"'),
+    "SessionInfo": INFO,
+    "SessionPage": SessionPage(items=(INFO, SessionInfo(id="s-2", messages=0, created_at=1.0,
+                                                        updated_at=1.0)), next="cur"),
     "ModelDone": ModelDone(ModelResponse(message=ASSISTANT, finish_reason="stop")),
 }
 
