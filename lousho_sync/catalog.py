@@ -22,7 +22,7 @@ import attrs
 
 from .errors import ConfigError, InvalidMetadataError, StoreCorruptError
 from .ids import validate_session_id
-from .messages import _frozen_map, _reduce
+from .messages import frozen_map, reduce_frozen
 
 __all__ = [
     "LIST_LIMIT_MAX",
@@ -63,9 +63,9 @@ class SessionInfo:
     messages: int
     created_at: float
     updated_at: float
-    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map, hash=False)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=frozen_map, hash=False)
 
-    __reduce__ = _reduce
+    __reduce__ = reduce_frozen
 
     @property
     def title(self) -> str | None:

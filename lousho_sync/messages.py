@@ -18,6 +18,8 @@ __all__ = [
     "TextPart",
     "ToolCall",
     "Usage",
+    "frozen_map",
+    "reduce_frozen",
 ]
 
 Role: TypeAlias = Literal["user", "assistant", "tool"]
@@ -27,7 +29,8 @@ _ROLES = frozenset(("user", "assistant", "tool"))
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``value`` as a read-only mapping (a shallow copy; the shared empty one for none)."""
     if not value:
         return _EMPTY
     if type(value) is MappingProxyType:
@@ -36,11 +39,11 @@ def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def _rebuild(cls: type[Any], fields: dict[str, Any]) -> Any:
-    """Unpickle a record holding read-only mappings (see ``_reduce``)."""
+    """Unpickle a record holding read-only mappings (see ``reduce_frozen``)."""
     return cls(**fields)
 
 
-def _reduce(self: Any) -> tuple[Any, ...]:
+def reduce_frozen(self: Any) -> tuple[Any, ...]:
     """Pickle/deepcopy a record whose read-only mappings (``MappingProxyType``) cannot be
     pickled: rebuild it from its fields, the mappings as plain dicts."""
     fields = {}
@@ -96,10 +99,10 @@ class ToolCall:
     id: str
     name: str
     arguments: Mapping[str, Any] = attrs.field(
-        default=_EMPTY, converter=_frozen_map, hash=False
+        default=_EMPTY, converter=frozen_map, hash=False
     )
 
-    __reduce__ = _reduce
+    __reduce__ = reduce_frozen
 
 
 @attrs.frozen(slots=True)
@@ -187,13 +190,13 @@ class Message:
     is_error: bool = False
     usage: Usage | None = None
     metadata: Mapping[str, Any] = attrs.field(
-        default=_EMPTY, converter=_frozen_map, hash=False
+        default=_EMPTY, converter=frozen_map, hash=False
     )
     extra: Mapping[str, Any] = attrs.field(
-        default=_EMPTY, converter=_frozen_map, repr=False, kw_only=True, hash=False
+        default=_EMPTY, converter=frozen_map, repr=False, kw_only=True, hash=False
     )
 
-    __reduce__ = _reduce
+    __reduce__ = reduce_frozen
 
     @property
     def text(self) -> str:
