@@ -142,6 +142,10 @@ def test_metadata_round_trips_and_is_not_a_message(kit: Kit, store: Any) -> None
         assert info.messages == 1
         assert texts(again.sessions.load("a")) == ["hi"]
     assert sessions.revision("a") == revision
+    got = sessions.info("a").metadata
+    with pytest.raises(TypeError):  # a read-only view: changing it cannot fake a write
+        got["title"] = "changed"  # type: ignore[index]
+    assert sessions.info("a").metadata == md
     sessions.set_metadata("a", {"title": "Bergen"})  # replaced whole, not merged
     assert sessions.info("a").metadata == {"title": "Bergen"}
     sessions.set_metadata("a", {})
