@@ -4,9 +4,10 @@ second across processes.
     python benchmarks/bench_postgres.py [--url URL] [--seconds S] [--processes N]
 
 1. Append latency: a one-message ``append``, against a bare ``INSERT`` + ``COMMIT`` on one
-   connection (median of 500 each).
-2. Load: ``sessions.load`` of 10, 1,000 and 10,000 messages, against a bare ``SELECT`` of
-   the same rows (median).
+   connection (median of 500 each, the two timed in alternation).
+2. Load: ``sessions.load`` of 10, 1,000 and 10,000 user messages, and of 10,000 of a mixed
+   transcript (user, an assistant tool call with usage, its result, an answer), against a
+   bare ``SELECT`` of the same rows (median, in alternation).
 3. Turns per second: ``--processes`` (default 4) real subprocesses, each with its own
    PostgresStore and an agent on a ScriptedProvider (zero model latency), run
    ``session.send`` turns for ``--seconds`` (default 5) over 1, 10 and 100 sessions (every
@@ -41,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lousho_sync.agent import create_agent  # noqa: E402
-from lousho_sync.messages import Message  # noqa: E402
+from lousho_sync.messages import Message, ToolCall, Usage  # noqa: E402
 from lousho_sync.postgres import PostgresStore  # noqa: E402
 from lousho_sync.providers.scripted import ScriptedProvider  # noqa: E402
 
@@ -49,13 +50,17 @@ SESSIONS = (1, 10, 100)
 ANSWER = "Here is the summary of the north region for the quarter: revenue grew 4%."
 
 
-def _median_ms(fn: Callable[[], object], n: int) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
+def _paired_ms(a: Callable[[], object], b: Callable[[], object], n: int) -> tuple[float, float]:
+    """Medians of ``a`` and ``b`` timed in alternation (which goes first alternates too),
+    so a slow stretch of the machine weighs on both alike."""
+    ta: list[float] = []
+    tb: list[float] = []
+    for i in range(n):
+        for fn, out in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    return statistics.median(ta) * 1000, statistics.median(tb) * 1000
 
 
 def _drop(url: str, *schemas: str) -> None:
@@ -92,23 +97,28 @@ def latency(url: str, schema: str) -> None:
     for _ in range(50):
         append()
         insert()
-    a, b = _median_ms(append, 500), _median_ms(insert, 500)
+    a, b = _paired_ms(append, insert, 500)
     print(f"append: {a:.3f} ms, bare INSERT+COMMIT: {b:.3f} ms, ratio {a / b:.2f}")
     select_sql = sql.SQL("SELECT seq, json FROM {}.messages WHERE session_key = %s"
                          " ORDER BY seq").format(sql.Identifier(schema))
-    for size in (10, 1000, 10000):
-        sid = f"load-{size}"
-        store.sessions.save(sid, [msg] * size)
+    turn = [msg, Message("assistant", "", (ToolCall("c1", "lookup", {"q": "north"}),),
+                         usage=Usage(120, 30, 0.0004)),
+            Message("tool", '{"revenue": 4}', tool_call_id="c1"),
+            Message("assistant", ANSWER, usage=Usage(180, 25, 0.0005))]
+    for size, shape in ((10, "user"), (1000, "user"), (10000, "user"), (10000, "mixed")):
+        sid = f"load-{size}-{shape}"
+        store.sessions.save(sid, [msg] * size if shape == "user" else (turn * size)[:size])
         key = store.sessions.revision(sid)[0]  # type: ignore[index]
 
         def bare_select(key: int = key) -> None:
             bare.execute(select_sql, (key,)).fetchall()
             bare.commit()
 
-        runs = 20 if size == 10000 else 100
-        lo = _median_ms(lambda sid=sid: store.sessions.load(sid), runs)  # type: ignore[misc]
-        bs = _median_ms(bare_select, runs)
-        print(f"load {size}: {lo:.3f} ms, bare SELECT: {bs:.3f} ms, ratio {lo / bs:.2f}")
+        runs = 40 if size == 10000 else 200
+        lo, bs = _paired_ms(lambda sid=sid: store.sessions.load(sid),  # type: ignore[misc]
+                            bare_select, runs)
+        print(f"load {size} ({shape} messages): {lo:.3f} ms, bare SELECT: {bs:.3f} ms,"
+              f" ratio {lo / bs:.2f}")
     bare.close()
     store.close()
 

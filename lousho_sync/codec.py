@@ -19,7 +19,7 @@ round-trips through every store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -70,6 +70,7 @@ __all__ = [
     "loads_approval",
     "loads_checkpoint",
     "loads_message",
+    "loads_message_texts",
     "loads_messages",
     "message_from_dict",
     "message_to_dict",
@@ -345,6 +346,16 @@ def dumps_message(m: Message) -> str:
 def loads_message(s: str | bytes) -> Message:
     """The message of :func:`dumps_message`'s JSON; StoreCorruptError when unreadable."""
     return _message_from_dict(_loads(s, "the stored message"), Message)
+
+
+def loads_message_texts(texts: Iterable[str | bytes]) -> list[Message]:
+    """The messages of many :func:`dumps_message` texts, in order (a store's load path:
+    one loop, no per-message call overhead); StoreCorruptError when any is unreadable
+    (find which by loading them one by one with :func:`loads_message`)."""
+    try:
+        return [load_message(decode(s)) for s in texts]
+    except (ValueError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise corrupt(f"a stored message is not valid JSON: {exc}") from exc
 
 
 def dumps_messages(msgs: Sequence[Message]) -> str:

@@ -18,6 +18,7 @@ from lousho_sync.codec import (
     loads_approval,
     loads_checkpoint,
     loads_message,
+    loads_message_texts,
     loads_messages,
     message_from_dict,
     message_to_dict,
@@ -180,6 +181,35 @@ def test_any_message_round_trips(m: Message) -> None:
     assert dumps_message(loads_message(dumps_message(m))) == dumps_message(m)
 
 
+@settings(max_examples=300, deadline=None)
+@given(messages)
+def test_a_loaded_message_is_a_message_like_any_other(m: Message) -> None:
+    """Loading builds messages without Message(...): each one still equals, hashes, prints,
+    pickles and refuses changes exactly as the one the constructor made."""
+    import pickle
+
+    import attrs
+
+    loaded = loads_message_texts([dumps_message(m)] * 2)
+    assert loaded == [m, m] and loaded[0] is not loaded[1]
+    one = loaded[0]
+    assert type(one) is Message and hash(one) == hash(m) and repr(one) == repr(m)
+    assert pickle.loads(pickle.dumps(one)) == m
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        one.content = "changed"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        one.metadata["k"] = 1  # type: ignore[index]
+    assert attrs.evolve(one, content="x") == attrs.evolve(m, content="x")
+
+
+def test_loading_many_messages_refuses_any_unreadable_one() -> None:
+    good = dumps_message(Message("user", "a"))
+    assert loads_message_texts([]) == []
+    for bad in ("{", '{"role":"user"} trailing', '{"role":["user"],"content":"x"}', "[]"):
+        with pytest.raises(StoreCorruptError):
+            loads_message_texts([good, bad, good])
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(messages, max_size=5))
 def test_any_transcript_round_trips(msgs: list[Message]) -> None:
@@ -327,6 +357,8 @@ def test_invalid_json_is_refused(text: str | bytes) -> None:
         ('{"v":1,"messages":{}}', "must be a list"),
         ('{"v":1,"messages":[{"content":"x"}]}', r"messages\[0\]: a message has no 'role'"),
         ('{"v":1,"messages":[{"role":"robot"}]}', "role must be"),
+        ('{"v":1,"messages":[{"role":"robot","content":"x"}]}', "role must be"),
+        ('{"v":1,"messages":[{"role":["user"],"content":"x"}]}', "role must be"),
         ('{"v":1,"messages":[{"role":"user","content":5}]}', "'content' must be a list"),
         (
             '{"v":1,"messages":[{"role":"user"},{"role":"user","content":[{"type":"video"}]}]}',

@@ -174,6 +174,22 @@ def test_a_row_that_is_not_a_message_names_no_content(
         assert not (isinstance(obj, str) and "my private text" in obj)
 
 
+@pytest.mark.parametrize("gone", [0, 2, 4])
+def test_a_missing_row_is_named_wherever_it_was(
+    store: Any, postgres_url: str, postgres_schema: str, gone: int
+) -> None:
+    """The first, a middle or the last message row deleted behind the store's back: the
+    load refuses the transcript (never a shorter one) and says rows are missing."""
+    store.sessions.save("s1", [user(str(i)) for i in range(5)])
+    store.sessions.save("s2", [user("kept")])
+    _sql(postgres_url, f'DELETE FROM "{postgres_schema}".messages WHERE seq = %s AND'
+         f' session_key = (SELECT key FROM "{postgres_schema}".sessions WHERE id = %s)',
+         gone, "s1")
+    with pytest.raises(StoreCorruptError, match=r"records 5 messages but 4 rows .*missing"):
+        store.sessions.load("s1")
+    assert texts(store.sessions.load("s2")) == ["kept"]
+
+
 def test_a_dropped_connection_is_replaced_and_the_call_succeeds(
     store: Any, postgres_url: str
 ) -> None:

@@ -55,6 +55,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 try:
@@ -80,6 +81,7 @@ from ..codec import (
     loads_approval,
     loads_checkpoint,
     loads_message,
+    loads_message_texts,
 )
 from ..errors import (
     ApprovalAlreadyResolvedError,
@@ -122,9 +124,33 @@ _LOAD = (
     "SELECT s.length, m.seq, m.json FROM {s}.sessions s LEFT JOIN {s}.messages m"
     " ON m.session_key = s.key WHERE s.id = %s ORDER BY m.seq"
 )
+# The same rows with the length on the first message's row only (the others NULL: less
+# to fetch and convert); when they do not add up, ``_LOAD`` reads again to say what is wrong.
+_LOAD_LEAN = (
+    "SELECT CASE WHEN m.seq IS NULL OR m.seq = 0 THEN s.length END, m.seq, m.json"
+    " FROM {s}.sessions s LEFT JOIN {s}.messages m ON m.session_key = s.key WHERE s.id = %s"
+    " ORDER BY m.seq"
+)
 _INSERT_MESSAGES = (
     "INSERT INTO {s}.messages (session_key, seq, json) SELECT %s, %s + t.o - 1, t.j"
     " FROM unnest(%s::text[]) WITH ORDINALITY AS t(j, o)"
+)
+# commit_turn's common case in one statement (one round trip, atomic in autocommit):
+# when the fence holds (the lease row locked, its token not newer) and the session holds
+# ``expected`` messages, append, drop the checkpoint, release the lease. No row back means
+# nothing was written; the transactional path then says why (or creates the session).
+_COMMIT_TURN = (
+    "WITH f AS (SELECT token FROM {s}.leases WHERE session_id = %(id)s AND %(token)s > 0"
+    " FOR UPDATE), u AS (UPDATE {s}.sessions SET length = length + %(n)s,"
+    " revision = revision + 1, op = %(op)s, updated_at = %(now)s WHERE id = %(id)s"
+    " AND length = %(expected)s AND coalesce((SELECT max(token) FROM f), 0) <= %(token)s"
+    " RETURNING key, revision), i AS (INSERT INTO {s}.messages (session_key, seq, json)"
+    " SELECT u.key, %(expected)s + t.o - 1, t.j FROM u,"
+    " unnest(%(texts)s::text[]) WITH ORDINALITY AS t(j, o)), d AS (DELETE FROM"
+    " {s}.checkpoints WHERE key = %(checkpoint)s AND EXISTS (SELECT FROM u)), r AS"
+    " (UPDATE {s}.leases SET owner = '', expires_at = 0 WHERE %(release)s"
+    " AND session_id = %(id)s AND token = %(token)s AND EXISTS (SELECT FROM u))"
+    " SELECT key, revision FROM u"
 )
 _INSERT_HISTORY = (
     "INSERT INTO {s}.history (session_key, seq, json) SELECT %s, (SELECT coalesce(max(seq)"
@@ -159,7 +185,9 @@ def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
     problem = None
     if rows[0][1] is None:
         problem = f"it records {length} messages but none is stored"
-    elif len(rows) != length or any(r[1] != i for i, r in enumerate(rows)):
+    # seq is unique per session (the primary key) and the rows come sorted by it: with
+    # ``length`` rows from 0 to length - 1, every position holds its own message
+    elif len(rows) != length or rows[0][1] != 0 or rows[-1][1] != length - 1:
         found = sum(1 for i, r in enumerate(rows) if r[1] == i)
         problem = (f"it records {length} messages but {len(rows)} rows are stored, {found} "
                    "of them in place (rows are missing or damaged)")
@@ -237,6 +265,20 @@ class PostgresSessionStore:
         """The stored transcript (one query), or None when the id has none."""
         validate_session_id(id)
         db = self._db
+        rows = db.run("load a session", lambda c: c.execute(
+            db.q(_LOAD_LEAN), (id,), binary=True).fetchall(), id)
+        if not rows:
+            return None
+        length = rows[0][0]
+        if length is not None and len(rows) == length and rows[-1][1] == length - 1:
+            # seq is unique per session (the primary key) and the rows come sorted by it:
+            # ``length`` rows from 0 to length - 1 are every position, each once
+            try:
+                return loads_message_texts(map(itemgetter(2), rows))
+            except StoreCorruptError:
+                pass  # which one: below
+        elif length == 0 and len(rows) == 1 and rows[0][1] is None:
+            return None  # metadata only
         rows = db.run("load a session", lambda c: c.execute(db.q(_LOAD), (id,)).fetchall(), id)
         return _decode(db, id, rows)
 
@@ -778,7 +820,17 @@ class PostgresStore(LeaseForwarding, Closing):
         op = uuid.uuid4().hex  # a retry after a lost reply sees its own append
         db, sessions = self._db, self.sessions
 
+        params = {"id": id, "n": len(texts), "expected": expected_length, "texts": texts,
+                  "op": op, "token": token, "checkpoint": checkpoint_key, "release": release}
+
         def write(c: Conn) -> object:
+            if texts:
+                params["now"] = time.time()
+                row = c.execute(db.q(_COMMIT_TURN), params).fetchone()
+                if row is not None:
+                    return (int(row[0]), int(row[1]))
+                # nothing written: a conflict, a lost lease, a new session or this call's
+                # retry; the transaction below finds out which
             with c.transaction():
                 _fence(db, c, id, token)
                 if texts:
