@@ -19,6 +19,7 @@ import attrs
 
 from .errors import InvalidInputError, StoreCorruptError
 from .messages import (
+    Content,
     FilePart,
     ImagePart,
     Message,
@@ -320,6 +321,29 @@ _set_input, _set_output, _set_cost, _set_cache_read, _set_cache_write = _slot_se
 )
 
 
+def _message(
+    role: str,
+    content: Content,
+    calls: tuple[ToolCall, ...],
+    call_id: str | None,
+    is_error: bool,
+    usage: Usage | None,
+    metadata: Mapping[str, Any],
+    extra: Mapping[str, Any],
+) -> Message:
+    """A Message of checked fields (the mappings already read-only)."""
+    m = _new(Message)
+    _set_role(m, role)
+    _set_content(m, content)
+    _set_calls(m, calls)
+    _set_call_id(m, call_id)
+    _set_is_error(m, is_error)
+    _set_usage(m, usage)
+    _set_metadata(m, metadata)
+    _set_extra(m, extra)
+    return m
+
+
 def _read_only(value: dict[str, Any]) -> Mapping[str, Any]:
     # frozen_map without its copy: the dict was just built here and nobody else holds it
     return MappingProxyType(value) if value else _NO_MAP
@@ -374,16 +398,7 @@ def load_message(value: object, _cl: object = Message) -> Message:
         role = d.get("role")
         content = d.get("content")
         if type(content) is str and type(role) is str and role in _ROLES:
-            m = _new(Message)
-            _set_role(m, role)
-            _set_content(m, content)
-            _set_calls(m, ())
-            _set_call_id(m, None)
-            _set_is_error(m, False)
-            _set_usage(m, None)
-            _set_metadata(m, _NO_MAP)
-            _set_extra(m, _NO_MAP)
-            return m
+            return _message(role, content, (), None, False, None, _NO_MAP, _NO_MAP)
     role = field_of(d, "role", "a message")
     if type(role) is not str or role not in _ROLES:
         raise corrupt(f"message role must be 'user', 'assistant' or 'tool', got {role!r}")
@@ -401,23 +416,18 @@ def load_message(value: object, _cl: object = Message) -> Message:
         raise corrupt(f"message 'is_error' must be a boolean, got {type_name(is_error)}")
     usage = d.get("usage")
     metadata = d.get("metadata")
-    m = _new(Message)
-    _set_role(m, role)
-    _set_content(m, content)
-    _set_calls(m, calls)
-    _set_call_id(m, as_opt_str(d.get("tool_call_id"), "message 'tool_call_id'"))
-    _set_is_error(m, is_error)
-    _set_usage(m, None if usage is None else load_usage(usage))
-    _set_metadata(
-        m, _NO_MAP if metadata is None else frozen_map(as_mapping(metadata, "message 'metadata'"))
-    )
-    _set_extra(
-        m,
+    return _message(
+        role,
+        content,
+        calls,
+        as_opt_str(d.get("tool_call_id"), "message 'tool_call_id'"),
+        is_error,
+        None if usage is None else load_usage(usage),
+        _NO_MAP if metadata is None else frozen_map(as_mapping(metadata, "message 'metadata'")),
         _NO_MAP
         if d.keys() <= MESSAGE_KEYS
         else _read_only({k: v for k, v in d.items() if k not in MESSAGE_KEYS}),
     )
-    return m
 
 
 def load_message_list(value: object, what: str) -> tuple[Message, ...]:

@@ -185,9 +185,7 @@ def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
     problem = None
     if rows[0][1] is None:
         problem = f"it records {length} messages but none is stored"
-    # seq is unique per session (the primary key) and the rows come sorted by it: with
-    # ``length`` rows from 0 to length - 1, every position holds its own message
-    elif len(rows) != length or rows[0][1] != 0 or rows[-1][1] != length - 1:
+    elif len(rows) != length or any(r[1] != i for i, r in enumerate(rows)):
         found = sum(1 for i, r in enumerate(rows) if r[1] == i)
         problem = (f"it records {length} messages but {len(rows)} rows are stored, {found} "
                    "of them in place (rows are missing or damaged)")
