@@ -8,10 +8,14 @@ WAL mode and several connections that write and checkpoint: SqliteStore's multi-
 
 Two remedies, chosen per process:
 
-- A fixed library. With the ``sqlite`` extra (``pip install 'lousho[sqlite]'``) the
-  ``pysqlite3`` wheel brings its own, current SQLite; it is used automatically when the
-  standard ``sqlite3`` module links an affected library and ``pysqlite3`` does not.
-  ``LOUSHO_SQLITE_DRIVER`` (``auto``, ``sqlite3`` or ``pysqlite3``) overrides the choice.
+- A fixed library, when asked. With the ``sqlite`` extra (``pip install 'lousho[sqlite]'``)
+  the ``pysqlite3`` wheel brings its own, current SQLite; ``LOUSHO_SQLITE_DRIVER=pysqlite3``
+  uses it. The default (``auto`` or ``sqlite3``) is the standard ``sqlite3`` module: two
+  SQLite libraries in one process that open the same file break each other's POSIX locks
+  (closing a file in one releases the other's locks), and a plain ``sqlite3.connect`` of the
+  file anywhere in the process (an admin view, a health check) then loses acknowledged
+  commits. So one process uses one library for every store (:func:`pin_driver`), and a
+  store on ``pysqlite3`` refuses a file that the process already holds open otherwise.
 - A checkpoint discipline that cannot race, used when the library in use is affected:
   every connection runs with ``wal_autocheckpoint = 0``, and the store checkpoints itself
   (``PASSIVE``) once the WAL passes :data:`CHECKPOINT_WAL_BYTES`, from a second connection
@@ -37,7 +41,9 @@ from ..errors import ConfigError, StoreDurabilityWarning
 __all__ = [
     "CHECKPOINT_WAL_BYTES",
     "DRIVER_ENV",
+    "check_not_open_elsewhere",
     "choose_driver",
+    "pin_driver",
     "warn_wal_reset_once",
     "wal_reset_affected",
 ]
@@ -78,8 +84,9 @@ def choose_driver(
     load_alternative: Callable[[], ModuleType | None] = _load_pysqlite3,
 ) -> ModuleType:
     """The DB-API module to use: ``setting`` (default: the ``LOUSHO_SQLITE_DRIVER``
-    environment variable, else ``auto``). ``auto`` takes ``pysqlite3`` only when it is
-    installed, unaffected by the WAL-reset bug, and the standard module is affected."""
+    environment variable, else ``auto``). ``auto`` and ``sqlite3`` take the standard
+    module; ``pysqlite3`` the ``sqlite`` extra's (one library per process: see the module's
+    notes)."""
     choice = (setting if setting is not None else os.environ.get(DRIVER_ENV, "auto")) or "auto"
     if choice not in ("auto", "sqlite3", "pysqlite3"):
         raise ConfigError(
@@ -87,21 +94,73 @@ def choose_driver(
         )
     if choice == "sqlite3":
         return stdlib
+    if choice != "pysqlite3":
+        return stdlib
     alternative = load_alternative()
-    if choice == "pysqlite3":
-        if alternative is None:
+    if alternative is None:
+        raise ConfigError(
+            f"{DRIVER_ENV}=pysqlite3 but pysqlite3 is not installed: "
+            "pip install 'lousho[sqlite]'"
+        )
+    return alternative
+
+
+_pinned: ModuleType | None = None
+_pinned_pid = 0
+_pin_lock = threading.Lock()
+
+
+def pin_driver(path: str) -> ModuleType:
+    """The library every SqliteStore of this process uses: :func:`choose_driver` the first
+    time, the same module afterwards. A later different choice (``LOUSHO_SQLITE_DRIVER``
+    changed while stores are in use) is a ConfigError naming both."""
+    global _pinned, _pinned_pid
+    chosen = choose_driver()
+    with _pin_lock:
+        if _pinned is None or _pinned_pid != os.getpid():
+            _pinned, _pinned_pid = chosen, os.getpid()
+        elif chosen is not _pinned:
             raise ConfigError(
-                f"{DRIVER_ENV}=pysqlite3 but pysqlite3 is not installed: "
-                "pip install 'lousho[sqlite]'"
+                f"cannot open {path} through {chosen.__name__}: this process already uses "
+                f"{_pinned.__name__} for SQLite stores, and two SQLite libraries in one "
+                "process break each other's file locks (acknowledged commits are lost); "
+                f"set {DRIVER_ENV} once, before the first store opens"
             )
-        return alternative
-    if (
-        alternative is not None
-        and wal_reset_affected(stdlib.sqlite_version_info)
-        and not wal_reset_affected(alternative.sqlite_version_info)
-    ):
-        return alternative
-    return stdlib
+        return _pinned
+
+
+def _open_in_process(paths: tuple[str, ...]) -> bool:
+    """Whether this process holds one of ``paths`` open (Linux's /proc; False elsewhere)."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target in paths:
+            return True
+    return False
+
+
+def check_not_open_elsewhere(driver: ModuleType, path: str) -> None:
+    """Refuse ``path`` when ``driver`` is not the standard module and this process already
+    holds the file (or its WAL) open while no SqliteStore of this process has it open:
+    then another SQLite library (most likely the standard ``sqlite3`` module) has it, and
+    the two would break each other's locks. Called before a store's first connection."""
+    if driver is sqlite3:
+        return
+    real = os.path.realpath(path)
+    if _open_in_process((real, real + "-wal", real + "-shm")):
+        raise ConfigError(
+            f"{path} is already open in this process through another SQLite library (most "
+            f"likely the standard sqlite3 module), and this store uses {driver.__name__}: "
+            "two SQLite libraries on one file in one process break each other's locks and "
+            f"lose acknowledged commits. Close the other connection, or set {DRIVER_ENV}="
+            "sqlite3 so that the store uses the standard module too"
+        )
 
 
 def warn_wal_reset_once(driver: ModuleType, path: str) -> None:
@@ -117,8 +176,9 @@ def warn_wal_reset_once(driver: ModuleType, path: str) -> None:
         "the WAL-reset bug, which can corrupt a WAL database shared by several connections "
         "(fixed in SQLite 3.51.3, 3.50.7 and 3.44.6). SqliteStore works around it by "
         "checkpointing only while holding the write lock; programs other than lousho that "
-        "write the same file are not covered. Install a fixed SQLite with "
-        "pip install 'lousho[sqlite]'."
+        "write the same file are not covered. Use a fixed SQLite: pip install "
+        f"'lousho[sqlite]' and set {DRIVER_ENV}=pysqlite3 (then open the file through "
+        "lousho only in that process, not with the standard sqlite3 module)."
     )
     _log.warning("%s", text)
     warnings.warn(text, StoreDurabilityWarning, stacklevel=4)
