@@ -34,6 +34,7 @@ from ._sqlite_driver import (
     check_not_open_elsewhere,
     pin_driver,
     wal_reset_affected,
+    warn_unguarded_connection,
     warn_wal_reset_once,
 )
 from ._sqlite_rows import quotes_stored_text
@@ -119,6 +120,8 @@ class Db:
             with _open_files_lock:
                 if not _open_files.get(self.real):
                     check_not_open_elsewhere(self.driver, self.path)
+                    if self.guard:
+                        warn_unguarded_connection(self.driver, self.path)
                 _open_files[self.real] = _open_files.get(self.real, 0) + 1
         try:
             self.conn = self._open()
