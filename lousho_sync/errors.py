@@ -302,6 +302,15 @@ class StoreDecryptError(StoreError):
         self.record = record
 
 
+class StoreEncryptedError(StoreError):
+    """The store was written through ``EncryptedStore`` (it is marked so) and is used
+    without it: plain reads would show empty texts and plain writes would mix plaintext into
+    encrypted sessions, so both are refused. Open it as ``EncryptedStore(inner,
+    keys=[...])``."""
+
+    code = "LOUSHO_STORE_ENCRYPTED"
+
+
 class SessionExistsError(StoreError):
     """A session was to be created (``fork``, ``create``, ``sessions copy``) under an id
     that already holds messages or metadata."""

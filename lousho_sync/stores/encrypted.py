@@ -29,6 +29,11 @@ a key not given raises :class:`~lousho_sync.errors.StoreDecryptError` naming the
 the record; never garbage. What cannot be detected: a record replaced by an older version
 of itself (a rollback), or a transcript cut short at its end.
 
+The store is marked as written through EncryptedStore (the built-in stores' ``mark_encrypted``:
+SQLite's ``application_id``, a PostgreSQL table, a Redis key, a file): a plain store object
+then refuses every read and write of it with
+:class:`~lousho_sync.errors.StoreEncryptedError`.
+
 Keys: ``keys[0]`` encrypts, every key decrypts (rotation: put the new key first, keep the
 old ones while records written under them exist; each write re-encrypts what it writes).
 """
@@ -721,8 +726,11 @@ class EncryptedStore:
                 f"EncryptedStore wraps a store with sessions/checkpoints/approvals (an "
                 f"AgentStore, SqliteStore, …), got {type(inner).__name__}"
             )
-        self._inner = inner
         self.keyring = Keyring(keys)
+        self._inner = inner
+        mark = getattr(inner, "mark_encrypted", None)
+        if callable(mark):  # the built-in stores: plain access to them is refused from now
+            mark()
         self._sealer = sealer = _Sealer(self.keyring, inner)
         sessions = getattr(inner, "sessions", None)
         checkpoints = getattr(inner, "checkpoints", None)

@@ -48,7 +48,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,14 @@ from ..errors import (
 from ..ids import is_session_id
 from ..messages import Message
 from ..results import PruneResult
-from ._common import check_length, check_older_than, check_owner, check_ttl, validate_session_id
+from ._common import (
+    check_length,
+    check_older_than,
+    check_owner,
+    check_ttl,
+    encrypted_refusal,
+    validate_session_id,
+)
 from ._lease import make_owner, poll_until
 from .base import ApprovalRecord, Checkpoint, Fence, StorageService, now, resolved
 
@@ -194,6 +201,39 @@ def _names(directory: Path, folder: str) -> list[str]:
     return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
 
 
+class _EncryptionMark:
+    """The file ``<root>/encrypted`` of a FileStore written through EncryptedStore: written
+    at the first use after ``mark_encrypted``; a plain FileStore refuses a root that has it
+    (checked once, at its first use). Thread-safe: ``lock`` guards the flags."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "encrypted"
+        self.wrapped = False
+        self.checked = False
+        self.lock = threading.Lock()
+
+    def mark(self) -> None:
+        with self.lock:
+            self.wrapped, self.checked = True, False
+
+    def __call__(self) -> None:
+        if self.checked:
+            return
+        with self.lock:
+            if self.checked:
+                return
+            try:
+                if self.wrapped:
+                    if not self.path.exists():
+                        _atomic_write(self.path, b"written through lousho's EncryptedStore\n")
+                elif self.path.exists():
+                    root = str(self.path.parent)
+                    raise encrypted_refusal(f"at {root}", path=root)
+            except OSError as exc:
+                raise _unavailable("mark", self.path, exc) from exc
+            self.checked = True
+
+
 class FileStorage:
     """A :class:`~lousho_sync.stores.base.StorageService` over the directory ``root``.
 
@@ -209,6 +249,7 @@ class FileStorage:
     ) -> None:
         self._root = Path(root)
         self._lock_timeout_s = lock_timeout_s
+        self._guard: Callable[[], None] | None = None  # FileStore's encryption mark
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self._root)!r})"
@@ -220,6 +261,8 @@ class FileStorage:
 
     def path_for(self, key: str) -> Path:
         """The file that holds ``key`` (StoreError for a key that breaks the rule)."""
+        if self._guard is not None:
+            self._guard()
         if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
             raise StoreError(
                 f"invalid storage key {key!r} under {self._root}: a key is a name or "
@@ -258,6 +301,8 @@ class FileStorage:
 
     def list(self, prefix: str = "") -> list[str]:
         """Keys starting with ``prefix``, sorted."""
+        if self._guard is not None:
+            self._guard()
         folder, sep, _ = prefix.partition("/")
         try:
             if sep:
@@ -436,18 +481,26 @@ class FileSessionStore:
     def __init__(
         self, dir: str | os.PathLike[str], *, lock_timeout_s: float = _DEFAULT_LOCK_TIMEOUT_S
     ) -> None:
-        self._dir = Path(dir)
+        self._path = Path(dir)
+        self._guard: Callable[[], None] | None = None  # FileStore's encryption mark
         self._lock_timeout_s = lock_timeout_s
         self._leases_lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
 
     def __repr__(self) -> str:
-        return f"FileSessionStore({str(self._dir)!r})"
+        return f"FileSessionStore({str(self._path)!r})"
+
+    @property
+    def _dir(self) -> Path:
+        """The directory, for every file operation (the encryption mark is checked first)."""
+        if self._guard is not None:
+            self._guard()
+        return self._path
 
     @property
     def dir(self) -> Path:
         """The directory holding the session files."""
-        return self._dir
+        return self._path
 
     def path_for(self, id: str) -> Path:
         """The file of session ``id`` (InvalidSessionIdError for a bad id)."""
@@ -1159,10 +1212,18 @@ class FileStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._mark = _EncryptionMark(self.root)
         storage = FileStorage(self.root / "state")
+        storage._guard = self._mark
         self.sessions = FileSessionStore(self.root / "sessions")
+        self.sessions._guard = self._mark
         self.checkpoints = LocalStorageCheckpointStore(storage)
         self.approvals = StorageServiceApprovalStore(storage)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the root (the file ``encrypted``, at the next
+        use) as written through it, and accept this object's use."""
+        self._mark.mark()
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions not updated within ``older_than_s`` seconds (their catalog

@@ -924,6 +924,11 @@ class PostgresStore(LeaseForwarding, Closing):
 
         return db.run("prune", delete_old)
 
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the schema (its ``encrypted`` table, at the next
+        call) as written through it, and accept this object's use."""
+        self._db.mark_encrypted()
+
     def close(self) -> None:
         """Close the connection pool (idempotent)."""
         self._db.close()

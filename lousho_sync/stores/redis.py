@@ -4,6 +4,8 @@ Keys, all under ``prefix`` (default ``"lousho:"``)::
 
     layout                    "3": the key layout this release writes (newer is refused;
                               layouts 1 and 2 are taken as 3, see below)
+    encrypted                 "1" when the store was written through EncryptedStore (then a
+                              plain RedisStore refuses it: StoreEncryptedError)
     revision                  a store-wide counter; every transcript write takes a value
     session:<id>              list, one codec JSON string per message (RPUSH per turn)
     session-meta:<id>         hash {rev, op}: the transcript's revision, the last append's token
@@ -848,6 +850,11 @@ class RedisStore(LeaseForwarding, Closing):
             return removed
 
         return self._c.run("prune", remove)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the store (the ``encrypted`` key, at the next
+        call) as written through it, and accept this object's use."""
+        self._c.mark_encrypted()
 
     def close(self) -> None:
         """Close the store (idempotent); a client passed in stays open."""

@@ -860,6 +860,11 @@ class SqliteStore(LeaseForwarding, Closing):
 
         return self._db.run("prune", delete_old)
 
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the file (``PRAGMA application_id``, at the next
+        statement) as written through it, and accept this object's use."""
+        self._db.mark_encrypted()
+
     def close(self) -> None:
         """Close the database (idempotent)."""
         self._db.close()
