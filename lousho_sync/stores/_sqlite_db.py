@@ -30,8 +30,10 @@ from ..errors import (
 )
 from ._sqlite_driver import (
     CHECKPOINT_WAL_BYTES,
-    choose_driver,
+    check_not_open_elsewhere,
+    pin_driver,
     wal_reset_affected,
+    warn_unguarded_connection,
     warn_wal_reset_once,
 )
 from ._sqlite_rows import quotes_stored_text
@@ -78,6 +80,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 """Statements that bring the schema from version ``n - 1`` to ``n``."""
 
+_open_files: dict[str, int] = {}
+"""The files this process's stores hold open (real path: how many stores)."""
+_open_files_lock = threading.Lock()
+
 _T = TypeVar("_T")
 Conn = sqlite3.Connection
 """A connection (what ``Db.run`` hands its function)."""
@@ -93,7 +99,7 @@ class Db:
         self.memory = os.fspath(path) == ":memory:"
         self.path = ":memory:" if self.memory else str(Path(path).absolute())
         self.synchronous = _SYNCHRONOUS[synchronous]
-        self.driver = choose_driver()
+        self.driver = pin_driver(self.path)
         self.errors: type[Exception] = self.driver.Error
         # The WAL-reset guard (see _sqlite_driver): no automatic checkpoints; the store
         # checkpoints under the write lock itself.
@@ -103,7 +109,19 @@ class Db:
         self.unchecked = 0  # rows changed since the guard last looked at the WAL's size
         self.lock = threading.Lock()
         self.closed = False
-        self.conn = self._open()
+        self.real = None if self.memory else os.path.realpath(self.path)
+        if self.real is not None:
+            with _open_files_lock:
+                if not _open_files.get(self.real):
+                    check_not_open_elsewhere(self.driver, self.path)
+                    if self.guard:
+                        warn_unguarded_connection(self.driver, self.path)
+                _open_files[self.real] = _open_files.get(self.real, 0) + 1
+        try:
+            self.conn = self._open()
+        except BaseException:
+            self._forget()
+            raise
         if self.guard:
             warn_wal_reset_once(self.driver, self.path)
         self.level = self.synchronous  # the connection's current PRAGMA synchronous
@@ -334,12 +352,23 @@ class Db:
             session_id=session_id,
         )
 
+    def _forget(self) -> None:
+        if self.real is None:
+            return
+        with _open_files_lock:
+            left = _open_files.get(self.real, 0) - 1
+            if left > 0:
+                _open_files[self.real] = left
+            else:
+                _open_files.pop(self.real, None)
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
+            self._forget()
             if self.pid == os.getpid():
                 if self.checkpointer is not None:
                     self.checkpointer.close()
