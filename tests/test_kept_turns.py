@@ -6,18 +6,29 @@ says which turn it is about; a turn whose tool may have run is never forgotten."
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 from _http_server import FakeServer, fixture_reply
-from conftest import read_line
+from conftest import (
+    REDIS_START_TIMEOUT,
+    WAIT,
+    _no_redis,
+    _wait_for_ready,
+    free_port,
+    read_line,
+    wait,
+)
 from test_cli import Chat, failing
 
 from lousho_sync import (
+    LoushoError,
     PendingTurn,
     ProviderError,
     ScriptedProvider,
@@ -224,3 +235,94 @@ def test_a_full_disk_while_a_tool_runs_keeps_the_record_that_it_started(
     roles = [role for role, _ in out["messages"]]
     assert roles == ["user", "assistant", "user", "assistant", "tool", "assistant"]
     assert out["messages"][2] == ["user", "pay 5"] and "interrupted" in out["messages"][4][1]
+
+
+# --- 2. a store gone while a tool runs: .pending tells the truth -------------------------------
+class RedisServer:
+    """A redis-server of this test's own (append-only file, fsync always) that the test
+    kills (SIGKILL) and starts again on the same port and directory."""
+
+    def __init__(self, directory: Path) -> None:
+        pytest.importorskip("redis", reason="redis-py is not installed: "
+                                            "pip install 'lousho[redis]'")
+        binary = shutil.which("redis-server")
+        if binary is None:
+            _no_redis("no redis-server binary on PATH (apt-get install redis-server)")
+        self.binary, self.directory, self.port = binary, directory, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir",
+             str(self.directory), "--save", "", "--appendonly", "yes", "--appendfsync",
+             "always", "--daemonize", "no"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        assert self.proc.stdout is not None
+        _wait_for_ready(self.proc.stdout.fileno())
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=REDIS_START_TIMEOUT)
+            assert proc.stdout is not None
+            proc.stdout.close()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> object:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_a_redis_server_gone_while_a_tool_runs_leaves_the_turn_pending(
+    redis_server: RedisServer,
+) -> None:
+    # repro_pending_false_but_kept.py
+    from lousho_sync.redis import RedisStore
+
+    started, gate = threading.Event(), threading.Event()
+
+    @tool
+    def slow(x: str) -> str:
+        """Waits for the gate."""
+        started.set()
+        wait(gate, "the gate")
+        return "looked " + x
+
+    def model(request: object) -> object:
+        last = list(request.messages)[-1]  # type: ignore[attr-defined]
+        return Step(tool_calls=[("slow", {"x": "1"})]) if last.role == "user" else "ok"
+
+    store = RedisStore(redis_server.url, prefix="gone:")
+    agent = create_agent(provider=ScriptedProvider(default=model), tools=[slow], store=store)
+    box: dict[str, object] = {}
+
+    def turn() -> None:
+        try:
+            box["result"] = agent.session(id="s").send("question")
+        except LoushoError as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=turn)
+    thread.start()
+    wait(started, "the tool to start")
+    redis_server.kill()
+    gate.set()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    error = box["error"]
+    assert isinstance(error, LoushoError) and error.code == "LOUSHO_STORE_UNAVAILABLE"
+    assert error.pending is True and "the turn is in doubt" in str(error)
+    redis_server.start()
+    session = agent.session(id="s")
+    assert session.pending() == PendingTurn("interrupted")
+    result = session.resume()
+    assert result is not None and result.text == "ok"
+    assert users(RedisStore(redis_server.url, prefix="gone:").sessions.load("s")) == ["question"]
