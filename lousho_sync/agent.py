@@ -15,7 +15,7 @@ from .compaction import Compaction
 from .control import TurnControl
 from .errors import ApprovalTurnMissingError, ConfigError
 from .events import RunEvent
-from .ids import new_session_id, validate_session_id
+from .ids import check_storable_id, new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
@@ -331,10 +331,12 @@ class Approvals:
 
     def get(self, id: str) -> ApprovalRecord | None:
         """One record, or None."""
-        return self._agent.approval_store.get(id)
+        return self._agent.approval_store.get(check_storable_id(id, "approval id"))
 
     def list(self, session_id: str | None = None) -> list[ApprovalRecord]:
         """Pending records (of one session, or all), oldest first."""
+        if session_id is not None:
+            check_storable_id(session_id, "session id")
         return self._agent.approval_store.list_pending(session_id)
 
     def resolve(
@@ -345,7 +347,7 @@ class Approvals:
         ApprovalAlreadyResolvedError. When the paused turn cannot be found, raises
         ApprovalTurnMissingError and leaves the record pending (never "approved" without
         running)."""
-        return self._agent._resolve(id, approved, reason)
+        return self._agent._resolve(check_storable_id(id, "approval id"), approved, reason)
 
 
 def _awaiting(run_id: str, pending: list[str]) -> ExecutionResult:
