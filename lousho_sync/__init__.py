@@ -16,12 +16,14 @@ Tracing: see :mod:`lousho_sync._otel` (the ``otel`` extra).
 import logging as _logging
 
 from .agent import Agent, Approvals, create_agent
+from .approvals import ApprovalPage
 from .catalog import SessionInfo, SessionPage
 from .codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from .compaction import Compaction
 from .errors import (
     AbortedError,
     ApprovalAlreadyResolvedError,
+    ApprovalExpiredError,
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
@@ -139,6 +141,8 @@ __all__ = [
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
+    "ApprovalExpiredError",
+    "ApprovalPage",
     "ApprovalNotFoundError",
     "ApprovalRecord",
     "ApprovalRequested",

@@ -65,6 +65,7 @@ from .._message_form import (
     field_of,
     load_message_list,
 )
+from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import (
     dumps_approval,
@@ -1175,13 +1176,16 @@ class StorageServiceApprovalStore:
         """The record, or None."""
         return self._read(id) if self._valid(id) else None
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once across threads and processes: the winner gets the resolved record,
-        later callers ApprovalAlreadyResolvedError; an unknown id ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once across threads and processes (by ``by``): the winner gets the
+        resolved record, later callers ApprovalAlreadyResolvedError; an unknown id
+        ApprovalNotFoundError."""
         if not self._valid(id):
             raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
         with self._storage.lock(f"{self._PREFIX}{id}"):
-            record = resolved(self._read(id), id, approved=approved, reason=reason)
+            record = resolved(self._read(id), id, approved=approved, reason=reason, by=by)
             self._storage.put(f"{self._PREFIX}{id}.json", dumps_approval(record).encode())
         return record
 
@@ -1227,6 +1231,7 @@ class FileStore:
         modified that long and approvals resolved that long ago; pending approvals are
         kept. Returns the counts."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         sessions = 0
         owner = make_owner()

@@ -78,6 +78,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs the redis package: pip install 'lousho[redis]'") from exc
 
+from ..approvals import expire_due
 from ..catalog import (
     Cursor,
     SessionInfo,
@@ -88,6 +89,7 @@ from ..catalog import (
     page_from,
 )
 from ..codec import (
+    approval_json_resolved_by,
     dumps_approval,
     dumps_checkpoint,
     dumps_message,
@@ -655,11 +657,20 @@ class RedisApprovalStore:
         )
         return None if row[0] is None else self._record(id, row)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once: one caller wins; the others get ApprovalAlreadyResolvedError;
-        an unknown id raises ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once (by ``by``, written into the record's JSON by the same script): one
+        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
+        ApprovalNotFoundError."""
         status = "approved" if approved else "denied"
         resolved_at = time.time()
+        stamped = ""
+        if by is not None:  # the created record's JSON never changes: read it first
+            rkey = self._c.key("approval:", id)
+            old = self._c.run("read an approval", lambda r: r.hget(rkey, "json"))
+            if old is not None:
+                stamped = approval_json_resolved_by(old, by)
         keys = [
             self._c.key("approval:", id),
             self._c.key("approvals-pending"),
@@ -672,6 +683,7 @@ class RedisApprovalStore:
             repr(resolved_at),
             id,
             op_token(),
+            stamped,
         ]
         out = self._c.run("resolve an approval", lambda r: self._c.resolve_script(keys, args, r))
         if out[0] == 0:
@@ -781,6 +793,7 @@ class RedisStore(LeaseForwarding, Closing):
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
         session written meanwhile is kept."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         c = self._c
 
