@@ -326,3 +326,39 @@ def test_a_redis_server_gone_while_a_tool_runs_leaves_the_turn_pending(
     result = session.resume()
     assert result is not None and result.text == "ok"
     assert users(RedisStore(redis_server.url, prefix="gone:").sessions.load("s")) == ["question"]
+
+
+# --- 4. PostgreSQL: a committed turn whose reply was lost is a success ------------------------
+@pytest.mark.timeout(120)
+def test_a_committed_turn_whose_reply_was_lost_is_a_success_on_postgres(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    # repro_pg_commit_reply_lost.py: the connection drops after the commit landed (and
+    # released the lease); another process takes the lease before the store's retry
+    from urllib.parse import urlsplit
+
+    from _cut_proxy import CutProxy
+
+    from lousho_sync.postgres import PostgresStore
+
+    other = PostgresStore(postgres_url, schema=postgres_schema)  # a second process's store
+    taken: list[int | None] = []
+    proxy = CutProxy(urlsplit(postgres_url).port or 5432, lambda: taken.append(
+        other.sessions.acquire_lease("s", owner="other-process", ttl_s=30, wait_s=0)))
+    parts = urlsplit(postgres_url)
+    url = parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{proxy.port}"),
+                         query="sslmode=disable").geturl()
+    try:
+        with PostgresStore(url, schema=postgres_schema) as store:
+            agent = create_agent(provider=ScriptedProvider(default="ok"), store=store)
+            agent.session(id="s").send("first")
+            proxy.arm(b"WITH f AS (SELECT token FROM")  # the next commit_turn
+            result = agent.session(id="s").send("second")
+            assert proxy.cuts == 1 and taken and taken[0] is not None  # the lease was taken
+            assert result.text == "ok" and result.finish_reason == "stop"
+            other.sessions.release_lease("s", owner="other-process")
+            assert agent.session(id="s").pending() is None
+        assert users(other.sessions.load("s")) == ["first", "second"]
+    finally:
+        proxy.close()
+        other.close()
