@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import pytest
+from _http_server import FakeServer
 
 from lousho_sync.messages import Message, ToolCall
 from lousho_sync.stores.base import ApprovalRecord, Checkpoint
@@ -43,6 +44,17 @@ def gate() -> Iterator[threading.Event]:
     g = threading.Event()
     yield g
     g.set()
+
+
+# --- a model server on 127.0.0.1 for the provider and CLI tests --------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    """A fake model server on 127.0.0.1 (``tests/_http_server.py``) for one test: push or set
+    its replies, read its ``requests``."""
+    with FakeServer() as s:
+        yield s
 
 
 # --- a Redis server for the RedisStore tests -------------------------------------------------

@@ -81,3 +81,17 @@ def test_mypy_reads_setup_cfg(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Function is missing a type annotation" in proc.stdout
     assert re.search(r"Config File: +" + re.escape(str(ROOT / "setup.cfg")), proc.stderr)
+
+
+def test_shared_fixtures_are_defined_once() -> None:
+    """The fixtures every kind of test needs live in tests/conftest.py, not copied per file."""
+    shared = ("server", "redis_url", "postgres_url", "postgres_schema", "gate")
+    copies = {
+        f"{path.name}: {name}"
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        for name in shared
+        if re.search(rf"^def {name}\(", path.read_text(), re.M)
+    }
+    assert copies == set()
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    assert all(re.search(rf"^def {name}\(", conftest, re.M) for name in shared)
