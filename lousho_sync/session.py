@@ -55,6 +55,11 @@ _RESUME_HINT = (
     "with session.discard_pending()"
 )
 
+_NOT_SENT = (
+    "this error is about the session's pending turn, which this call was finishing first; "
+    "this call's own input was not started and not stored: send it again"
+)
+
 
 class Session:
     """A multi-turn conversation. Create it with ``agent.session()``.
@@ -244,13 +249,21 @@ class Session:
                         result = _aborted(control)
                     else:
                         st.sync()
-                        resumed = self._finish_pending(control, hold, last=msgs is None)
+                        try:
+                            resumed = self._finish_pending(control, hold, last=msgs is None)
+                        except LoushoError as exc:
+                            _about_pending(exc, own_input=msgs is not None)
+                            raise
                         if msgs is None:
                             result = resumed
                         else:
-                            self._p.maybe_compact(msgs, control.signal, hold, self.limits)
-                            result = yield from self._new_turn(control, msgs, approve, hold,
-                                                               emit)
+                            try:
+                                self._p.maybe_compact(msgs, control.signal, hold, self.limits)
+                                result = yield from self._new_turn(control, msgs, approve,
+                                                                   hold, emit)
+                            except LoushoError as exc:
+                                exc.turn, exc.resumed = "own", resumed
+                                raise
                             if resumed is not None:
                                 result = attrs.evolve(result, resumed=resumed)
                 finally:
@@ -259,8 +272,11 @@ class Session:
             turn.result = result
             return result
         except BaseException as exc:
-            if isinstance(exc, LoushoError) and exc.pending is None:
-                exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+            if isinstance(exc, LoushoError):
+                if exc.pending is None:
+                    exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+                if exc.turn is None:
+                    exc.turn = "own" if msgs is not None else "resumed"
             turn.error = exc
             raise
         finally:
@@ -481,6 +497,14 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self._id!r} policy={self.turn_policy}>"
+
+
+def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
+    """Say on ``exc`` that it is about the pending turn the call was finishing first, and
+    (for ``send``/``stream``) that the call's own input was neither started nor stored."""
+    exc.turn = "resumed"
+    if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
+        exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
 
 
 def _aborted(control: TurnControl) -> ExecutionResult:
