@@ -5,6 +5,7 @@ says which turn it is about; a turn whose tool may have run is never forgotten."
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _http_server import FakeServer, fixture_reply
@@ -28,7 +30,10 @@ from conftest import (
 from test_cli import Chat, failing
 
 from lousho_sync import (
+    FileStore,
     LoushoError,
+    MemorySessionStore,
+    Message,
     PendingTurn,
     ProviderError,
     ScriptedProvider,
@@ -362,3 +367,54 @@ def test_a_committed_turn_whose_reply_was_lost_is_a_success_on_postgres(
     finally:
         proxy.close()
         other.close()
+
+
+# --- 10. the repair of orphaned tool calls is committed with the turn -------------------------
+ORPHANED = [Message("user", "x"),
+            Message("assistant", "", tool_calls=(ToolCall("c9", "look", {"x": "z"}),)),
+            Message("user", "next?")]
+
+
+def _store_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> object:
+    if kind == "memory":
+        return MemorySessionStore()
+    if kind == "files":
+        return FileStore(tmp_path / "f")
+    if kind == "sqlite":
+        return SqliteStore(tmp_path / "a.db")
+    if kind == "redis":
+        from lousho_sync.redis import RedisStore
+        return RedisStore(request.getfixturevalue("redis_url"),
+                          prefix=request.getfixturevalue("redis_prefix"))
+    from lousho_sync.postgres import PostgresStore
+    return PostgresStore(request.getfixturevalue("postgres_url"),
+                         schema=request.getfixturevalue("postgres_schema"))
+
+
+@pytest.mark.parametrize("kind", ["memory", "files", "sqlite", "redis", "postgres"])
+def test_the_repair_of_an_orphaned_tool_call_lasts(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # repro_orphan_repair_lost.py and repro_undo_after_orphan_repair.py
+    store: Any = _store_of(kind, tmp_path, request)
+    sessions = getattr(store, "sessions", store)
+    sessions.save("o", ORPHANED)
+    prov = ScriptedProvider(default="ok")
+    session = create_agent(provider=prov, tools=[look], store=store).session(id="o")
+    with caplog.at_level(logging.WARNING):
+        session.send("turn 1")
+        session.send("turn 2")
+    assert "another writer" not in caplog.text
+    shape = ["user", "assistant(tool_calls)", "tool", "user", "user", "assistant", "user"]
+    roles = [m.role + ("(tool_calls)" if m.tool_calls else "") for m in prov.requests[1].messages]
+    assert roles == shape  # the second request still carries the call's (error) result
+    stored = sessions.load("o")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "user", "user",
+                                        "assistant", "user", "assistant"]
+    assert stored[2].is_error and stored[2].tool_call_id == "c9"
+    removed = session.undo()
+    assert [m.text for m in removed] == ["turn 2", "ok"]
+    assert users(sessions.load("o")) == ["x", "next?", "turn 1"]
+    if hasattr(store, "close"):
+        store.close()
