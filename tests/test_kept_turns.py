@@ -480,9 +480,10 @@ def test_fork_refuses_an_id_whose_turn_pends_or_runs(tmp_path: Path) -> None:
             thread.join(WAIT)
         assert [m.text for m in agent.session(id="runs").messages] == ["slow", "ok"]
         # a turn running in another process, then left pending by its crash
-        with turn_in_child(db, "elsewhere", "child's question"):
-            with pytest.raises(SessionExistsError, match="running a turn"):
-                source.fork("elsewhere")
+        with turn_in_child(db, "elsewhere", "child's question"), pytest.raises(
+            SessionExistsError, match="running a turn"
+        ):
+            source.fork("elsewhere")
         with pytest.raises(SessionExistsError, match="pending turn"):
             source.fork("elsewhere")
         result = agent.session(id="elsewhere").resume()
