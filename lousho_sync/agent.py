@@ -165,6 +165,11 @@ class Agent:
         self._pinned: dict[str, MemorySessionStore] = {}
         self.approvals = Approvals(self)
 
+    @property
+    def store(self) -> AnyStore | None:
+        """The store given to ``create_agent`` (None: each session keeps its own in memory)."""
+        return self._store
+
     # --- single turns --------------------------------------------------------------------------
     def send(
         self,

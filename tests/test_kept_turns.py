@@ -5,6 +5,7 @@ says which turn it is about; a turn whose tool may have run is never forgotten."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from lousho_sync import (
     PendingTurn,
     ProviderError,
     ScriptedProvider,
+    SessionExistsError,
     Step,
     ToolCall,
     create_agent,
@@ -60,9 +63,11 @@ def users(messages: object) -> list[str]:
     return [m.text for m in messages if m.role == "user"]  # type: ignore[attr-defined]
 
 
-def crash_before_first_answer(db: Path, session_id: str, text: str) -> None:
-    """A real child process starts a turn on the SQLite store ``db`` and is SIGKILLed
-    while its first model call runs: the turn is pending, with no progress."""
+@contextlib.contextmanager
+def turn_in_child(db: Path, session_id: str, text: str) -> Iterator[None]:
+    """A real child process runs a turn on the SQLite store ``db``; inside the block its
+    first model call is running (the child holds the session's lease); then it is
+    SIGKILLed: the turn is left pending, with no progress."""
     child = textwrap.dedent("""
         import sys, threading
         from lousho_sync import ScriptedProvider, create_agent
@@ -79,12 +84,19 @@ def crash_before_first_answer(db: Path, session_id: str, text: str) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert read_line(proc) == "IN MODEL"
+        yield
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         for stream in (proc.stdout, proc.stderr):
             assert stream is not None
             stream.close()
+
+
+def crash_before_first_answer(db: Path, session_id: str, text: str) -> None:
+    """A child's turn on ``db`` is SIGKILLed in its first model call: it pends."""
+    with turn_in_child(db, session_id, text):
+        pass
 
 
 # --- 5. a failed resume keeps the turn ---------------------------------------------------------
@@ -418,3 +430,64 @@ def test_the_repair_of_an_orphaned_tool_call_lasts(
     assert users(sessions.load("o")) == ["x", "next?", "turn 1"]
     if hasattr(store, "close"):
         store.close()
+
+
+# --- 9. fork refuses an id holding a pending or running turn ----------------------------------
+def test_fork_refuses_an_id_whose_turn_pends_or_runs(tmp_path: Path) -> None:
+    # repro_fork_onto_pending_turn.py and repro_fork_onto_running_turn.py
+    paid: list[int] = []
+    started, gate = threading.Event(), threading.Event()
+
+    @tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    def model(request: Any) -> Any:
+        last = [m for m in request.messages if m.role == "user"][-1].text
+        if last == "pay 7" and request.messages[-1].role == "user":
+            return Step(tool_calls=[("pay", {"amount": 7})])
+        if last == "slow":
+            started.set()
+            wait(gate, "the gate")
+        return "ok"
+
+    db = tmp_path / "a.db"
+    with SqliteStore(db) as store:
+        agent = create_agent(provider=ScriptedProvider(default=model), tools=[pay, look],
+                             store=store)
+        source = agent.session(id="src")
+        source.send("source one")
+        # a turn paused on an approval
+        paused = agent.session(id="waits").send("pay 7")
+        with pytest.raises(SessionExistsError, match="pending turn"):
+            source.fork("waits")
+        assert agent.session(id="waits").pending() is not None
+        assert paused.approval_id is not None
+        done = agent.approvals.resolve(id=paused.approval_id, approved=True)
+        assert done is not None and done.text == "ok" and paid == [7]
+        assert users(agent.session(id="waits").messages) == ["pay 7"]
+        # a turn running in this process
+        thread = threading.Thread(target=lambda: agent.session(id="runs").send("slow"))
+        thread.start()
+        wait(started, "the turn to start")
+        try:
+            with pytest.raises(SessionExistsError, match="running a turn"):
+                source.fork("runs")
+        finally:
+            gate.set()
+            thread.join(WAIT)
+        assert [m.text for m in agent.session(id="runs").messages] == ["slow", "ok"]
+        # a turn running in another process, then left pending by its crash
+        with turn_in_child(db, "elsewhere", "child's question"), pytest.raises(
+            SessionExistsError, match="running a turn"
+        ):
+            source.fork("elsewhere")
+        with pytest.raises(SessionExistsError, match="pending turn"):
+            source.fork("elsewhere")
+        result = agent.session(id="elsewhere").resume()
+        assert result is not None and users(result.messages) == ["child's question"]
+        # a free id still forks
+        fork = source.fork("free")
+        assert users(fork.messages) == ["source one"]
