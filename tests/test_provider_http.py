@@ -455,11 +455,14 @@ def test_server_that_never_answers_times_out(
     assert server.client_gone.wait(WAIT)
 
 
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "close-delimited"])
 def test_abort_during_a_stream_closes_the_connection(
-    api: Api, server: FakeServer, providers: list[Any]
+    api: Api, server: FakeServer, providers: list[Any], chunked: bool
 ) -> None:
+    # close-delimited: Connection: close and no length, as HTTP/1.0 and some local
+    # OpenAI-compatible servers answer (the read must be cut there too, not time out)
     events = api.sse_events()[: api.deltas_before_first_text + 1]
-    server.push(sse_reply("\n\n".join(events) + "\n\n", hold=True))
+    server.push(sse_reply("\n\n".join(events) + "\n\n", hold=True, chunked=chunked))
     provider = make(api, server, providers, timeout=30.0)
     controller = AbortController()
     first = threading.Event()
