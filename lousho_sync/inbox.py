@@ -132,6 +132,8 @@ class InboxApp:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "/") or "/"
         query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if path == "/favicon.ico":  # browsers ask unbidden: nothing to show (or to log)
+            return "204 No Content", "", []
         given = query.get("token", [None])[0]
         if given is not None and method == "GET":
             if not hmac.compare_digest(given.encode(), self._token.encode()):

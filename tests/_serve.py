@@ -5,17 +5,24 @@ processes."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import read_line
-
 TESTS = Path(__file__).resolve().parent
 WAIT = 60.0
 TOKEN = "test-token-0123456789abcdef"
 APP = "approval_app:make_agent"
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float = WAIT) -> str:
+    """The child's next stdout line, stripped; fails when it says nothing in time."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "the child process said nothing in time"
+    return proc.stdout.readline().strip()
 
 
 def child_env(**extra: str) -> dict[str, str]:
