@@ -491,3 +491,57 @@ def test_fork_refuses_an_id_whose_turn_pends_or_runs(tmp_path: Path) -> None:
         # a free id still forks
         fork = source.fork("free")
         assert users(fork.messages) == ["source one"]
+
+
+# --- 12. lousho_aio's reader leaving: the same outcome as the sync twin -----------------------
+def _twin_script() -> ScriptedProvider:
+    return ScriptedProvider([Step(tool_calls=[("look", {"x": "1"})]),
+                             Step(chunks=["Do", "ne", "."])])
+
+
+def _leave_at(event: Any, seen: list[str], where: str) -> bool:
+    seen.append(event.type)
+    if where == "usage":  # the model asked for a tool; the reader has not seen tool.call
+        return event.type == "usage"
+    if where == "tool.call":
+        return event.type == "tool.call"
+    if where == "first text":
+        return event.type == "text.delta"
+    return event.type == "text.delta" and event.text == "."  # the whole answer seen
+
+
+@pytest.mark.parametrize("where", ["usage", "tool.call", "first text", "last text"])
+def test_an_aio_reader_leaving_gets_what_a_sync_reader_gets(where: str) -> None:
+    # repro_aio_runs_tool_reader_left.py
+    import asyncio
+
+    import lousho_aio
+
+    ran: list[str] = []
+
+    @tool(name="look")
+    def counted(x: str) -> str:
+        """Look."""
+        ran.append(x)
+        return "seen " + x
+
+    session = create_agent(provider=_twin_script(), tools=[counted]).session()
+    run = session.stream("go")
+    for event in run:
+        if _leave_at(event, [], where):
+            break
+    sync = (run.result().finish_reason, len(ran), len(session.messages))
+    ran.clear()
+
+    async def aio() -> tuple[str, int, int]:
+        session = lousho_aio.create_agent(provider=_twin_script(), tools=[counted]).session()
+        run = session.stream("go")
+        async for event in run:
+            if _leave_at(event, [], where):
+                break
+        return (await run.result()).finish_reason, len(ran), len(await session.load())
+
+    assert asyncio.run(aio()) == sync
+    expected = {"usage": ("aborted", 0, 0), "tool.call": ("aborted", 0, 0),
+                "first text": ("aborted", 1, 0), "last text": ("stop", 1, 4)}
+    assert sync == expected[where]
