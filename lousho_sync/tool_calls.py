@@ -69,6 +69,8 @@ def run_calls(
             save(env, state, ctl, "running")
             return exceeded
         yield from ev(ToolCallStart, call=call)
+        if ctl.signal.aborted:  # e.g. the reader left on tool.call: the tool never starts
+            raise TurnAborted
         state.started.append(call.id)
         save(env, state, ctl, "running")
         context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
