@@ -313,8 +313,6 @@ class Session:
         if paused:
             with st.lock:
                 st.awaiting = result.approval_id
-        if self._p.base.pin is not None:
-            self._p.base.pin(self._id, self._p.sessions, paused)
         return result
 
     def _new_turn(
@@ -392,8 +390,6 @@ class Session:
             self._p.writer(hold).delete(cp.key)
             with self._state.lock:
                 self._state.awaiting = None
-            if self._p.base.pin is not None:
-                self._p.base.pin(self._id, self._p.sessions, False)
 
     def clear(self, *, keep_metadata: bool = True) -> None:
         """Empty the transcript (and the history compaction kept) and save it empty;
