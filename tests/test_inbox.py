@@ -225,3 +225,35 @@ def test_mounted_under_a_path_every_link_stays_under_it(tmp_path: Path) -> None:
         assert 'src="/ops/static/inbox.js"' in body
         assert f'action="/ops/approvals/{aid}/decide"' in body
         assert 'href="/inbox"' not in body and 'href="/ops/sessions/m1"' in body
+
+
+def test_serve_prints_a_new_token_when_none_is_given_and_refuses_a_short_one(
+    tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from _serve import TESTS, WAIT, child_env, read_line
+
+    db = tmp_path / "agent.db"
+    pause(db, "s1")
+    proc = subprocess.Popen([sys.executable, "-m", "lousho_sync", "serve", "--store", str(db),
+                             "--port", "0", "--app", "approval_app:make_agent"], cwd=TESTS,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env())
+    try:
+        url = read_line(proc).rsplit(" ", 1)[1]
+        m = re.fullmatch(r"open (http://127\.0\.0\.1:\d+/)\?token=(\S+) once; the browser "
+                         r"keeps the token in a cookie", read_line(proc))
+        assert m is not None and m.group(1) == url
+        token = m.group(2)
+        assert len(token) >= 16 and token != TOKEN
+        assert call(url, "/inbox", token=None).status == 401
+        assert call(url, "/inbox", token=token).status == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=WAIT)
+    short = subprocess.run([sys.executable, "-m", "lousho_sync", "serve", "--store", str(db),
+                            "--token", "short"], cwd=TESTS, capture_output=True, text=True,
+                           timeout=WAIT, env=child_env())
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
