@@ -57,9 +57,10 @@ from a second connection holding the write lock, so no commit can restart the WA
 checkpoint; being guarded, it says so once at INFO, and warns (StoreDurabilityWarning) only
 when the process already holds the file open through a connection lousho did not make.
 ``LOUSHO_SQLITE_DRIVER=pysqlite3`` uses the ``sqlite`` extra's fixed SQLite instead (the
-default, ``auto`` or ``sqlite3``, is the standard module). One process uses one library for all its stores: two SQLite libraries on
-one file in one process break each other's locks and lose commits, so a store on
-``pysqlite3`` refuses a file the process holds open through another library (ConfigError).
+default, ``auto`` or ``sqlite3``, is the standard module). One process uses one library for
+all its stores: two SQLite libraries on one file in one process break each other's locks and
+lose commits, so a store on ``pysqlite3`` refuses a file the process holds open through
+another library (ConfigError).
 
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
