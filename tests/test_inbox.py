@@ -257,3 +257,47 @@ def test_serve_prints_a_new_token_when_none_is_given_and_refuses_a_short_one(
                             "--token", "short"], cwd=TESTS, capture_output=True, text=True,
                            timeout=WAIT, env=child_env())
     assert short.returncode == 2 and "at least 16 characters" in short.stderr
+
+
+def test_the_inbox_and_the_sessions_page_by_page_and_filter(tmp_path: Path) -> None:
+    import approval_app
+
+    with SqliteStore(tmp_path / "agent.db") as store:
+        agent = approval_app.make_agent(store)
+        ids = [agent.session(sid).send("pay bob").approval_id
+               for sid in ("north-1", "north-2", "south-1")]
+        for sid in ("north-1", "north-2", "south-1"):
+            agent.session(sid).set_metadata({"region": sid.split("-")[0]})
+        server = make_inbox_server(inbox_app(agent, token=TOKEN, page_size=2), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.server_port}/"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            def rows(path: str) -> tuple[list[str], str | None]:
+                body = call(url, path).body
+                found = re.findall(r'data-approval="([0-9a-f]+)"', body)
+                more = re.search(r'href="(/inbox\?[^"]+)" rel=next', body)
+                return found, html.unescape(more.group(1)) if more else None
+
+            first, older = rows("/inbox")
+            assert first == [ids[2], ids[1]] and older is not None
+            second, last = rows(older)
+            assert second == [ids[0]] and last is None
+            north, _ = rows("/inbox?session_prefix=north-")
+            assert north == [ids[1], ids[0]]
+
+            sessions = call(url, "/sessions?prefix=north-").body
+            assert re.findall(r'<a href="/sessions/([\w-]+)">', sessions) == ["north-2",
+                                                                               "north-1"]
+            assert "&quot;region&quot;: &quot;north&quot;" in sessions
+            page1 = call(url, "/sessions").body
+            more = re.search(r'href="(/sessions\?[^"]+)" rel=next', page1)
+            assert more is not None
+            page2 = call(url, html.unescape(more.group(1))).body
+            seen = re.findall(r'<a href="/sessions/([\w-]+)">', page1 + page2)
+            assert sorted(seen) == ["north-1", "north-2", "south-1"]
+            assert call(url, "/inbox?cursor=bogus").status == 400
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=60)
