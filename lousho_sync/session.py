@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import attrs
 
+from . import _idempotency as idem
 from . import _session_ops as ops
 from ._lease_hold import LeaseHold
 from ._persistence import commit_turn
@@ -81,6 +82,7 @@ class Session:
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
         opener: Callable[[str], Session] | None = None,
+        idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> None:
         if turn_policy not in _POLICIES:
             raise ConfigError(
@@ -95,6 +97,7 @@ class Session:
         self.turn_policy: TurnPolicy = turn_policy
         self.limits = limits
         self._opener = opener
+        self.idempotency_ttl_s = idempotency_ttl_s
 
     # --- plain members ---------------------------------------------------------------------
     @property
@@ -146,13 +149,28 @@ class Session:
         *,
         signal: Signal | None = None,
         approve: ApproveCallback | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionResult:
-        """One turn with the whole transcript; returns its result."""
-        return self._start(to_messages(input), signal, approve).result()
+        """One turn with the whole transcript; returns its result.
 
-    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AgentRun:
-        """The same turn as an :class:`AgentRun`; it joins the queue now."""
-        return self._start(to_messages(input), signal, None)
+        With ``idempotency_key`` (a non-empty str of at most 200 characters), a second call
+        with the same key within ``idempotency_ttl_s`` (any process sharing the store) runs
+        no second turn: it waits for the running turn that used the key, then returns that
+        turn's committed result from the store (``result.replayed``). A turn that failed
+        without progress frees its key. A keyed call waits for a running turn under every
+        policy but ``"reject"``.
+        """
+        key = idem.check_key(idempotency_key)
+        return self._start(to_messages(input), signal, approve, key).result()
+
+    def stream(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
+        """The same turn as an :class:`AgentRun`; it joins the queue now
+        (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
+        key = idem.check_key(idempotency_key)
+        return self._start(to_messages(input), signal, None, key)
 
     def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""
@@ -165,13 +183,18 @@ class Session:
         return result
 
     def _start(
-        self, msgs: tuple[Message, ...], signal: Signal | None, approve: ApproveCallback | None
+        self, msgs: tuple[Message, ...], signal: Signal | None, approve: ApproveCallback | None,
+        key: str | None = None,
     ) -> AgentRun:
         st = self._state
         control = TurnControl()
+        if key is not None:
+            msgs = idem.claim(msgs, key)
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
+            if key is not None and policy != "reject":
+                policy = "wait"  # a keyed call never joins nor drops another turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -238,6 +261,7 @@ class Session:
         unlink = link(signal, control.abort)
         result: ExecutionResult | None
         try:
+            key = _key_of(msgs)
             if not st.wait_for_slot(ticket, control.signal):
                 result = _aborted(control)
             else:
@@ -254,8 +278,14 @@ class Session:
                         except LoushoError as exc:
                             _about_pending(exc, own_input=msgs is not None)
                             raise
+                        replay = (idem.find(st.messages, key, self.idempotency_ttl_s)
+                                  if key is not None else None)
                         if msgs is None:
                             result = resumed
+                        elif replay is not None:
+                            result = replay
+                            if resumed is not None and resumed.run_id != replay.run_id:
+                                result = attrs.evolve(replay, resumed=resumed)
                         else:
                             try:
                                 self._p.maybe_compact(msgs, control.signal, hold, self.limits)
@@ -300,7 +330,13 @@ class Session:
         writer = self._p.writer(hold)
         committer = self._p.committer if writer.checkpoints is self._p.checkpoints else None
 
+        key = _key_of(state.input)
+        sealed: list[tuple[ExecutionResult, ExecutionResult]] = []
+
         def commit(_: TurnState, result: ExecutionResult) -> None:
+            if key is not None:
+                sealed.append((result, idem.seal(result, key)))
+                result = sealed[-1][1]
             commit_turn(st, result.messages, writer=writer, key=state.key,
                         committer=committer, hold=hold, release=last)
 
@@ -309,6 +345,8 @@ class Session:
             st.messages,
             emit=emit, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT,
         )
+        if sealed and sealed[-1][0] is result:
+            result = sealed[-1][1]
         paused = result.finish_reason == "awaiting-approval"
         if paused:
             with st.lock:
@@ -517,6 +555,13 @@ def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
     exc.turn = "resumed"
     if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
         exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
+
+
+def _key_of(msgs: Sequence[Message] | None) -> str | None:
+    """The idempotency key a turn's input claims (see :mod:`lousho_sync._idempotency`)."""
+    stamp = msgs[0].extra.get(idem.EXTRA) if msgs else None
+    key = stamp.get("key") if isinstance(stamp, Mapping) else None
+    return key if isinstance(key, str) else None
 
 
 def _aborted(control: TurnControl) -> ExecutionResult:
