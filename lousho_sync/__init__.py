@@ -51,6 +51,7 @@ from .errors import (
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
+    TurnNotFoundError,
 )
 from .events import (
     ApprovalRequested,
@@ -66,11 +67,14 @@ from .events import (
     RunFailed,
     RunStart,
     SessionEvent,
+    StepReset,
     StepStart,
     TextDelta,
     ToolCallStart,
     ToolResultEvent,
     UsageEvent,
+    event_id,
+    parse_event_id,
 )
 from .ids import session_id_for
 from .limits import Limits, Price
@@ -89,7 +93,7 @@ from .providers.base import (
 from .providers.openai import OpenAIProvider
 from .providers.registry import register_provider, resolve_model
 from .providers.scripted import ScriptedProvider, Step
-from .results import ExecutionResult, PendingTurn, PruneResult
+from .results import ExecutionResult, PendingTurn, PruneResult, TurnInfo
 from .run import AgentRun
 from .session import Session, TurnPolicy
 from .signal import AbortController, Signal
@@ -142,8 +146,8 @@ __all__ = [
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalExpiredError",
-    "ApprovalPage",
     "ApprovalNotFoundError",
+    "ApprovalPage",
     "ApprovalRecord",
     "ApprovalRequested",
     "ApprovalStore",
@@ -204,13 +208,14 @@ __all__ = [
     "Session",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionEvent",
     "SessionExistsError",
     "SessionInfo",
     "SessionPage",
-    "SessionEvent",
     "SessionStore",
     "Signal",
     "Step",
+    "StepReset",
     "StepStart",
     "StorageService",
     "StorageServiceApprovalStore",
@@ -218,8 +223,8 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreDecryptError",
-    "StoreEncryptedError",
     "StoreDurabilityWarning",
+    "StoreEncryptedError",
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
@@ -231,13 +236,17 @@ __all__ = [
     "ToolContext",
     "ToolResultEvent",
     "ToolSpec",
+    "TurnInfo",
+    "TurnNotFoundError",
     "TurnPolicy",
     "Usage",
     "UsageEvent",
     "create_agent",
+    "event_id",
     "memory_store",
     "message_from_dict",
     "message_to_dict",
+    "parse_event_id",
     "register_provider",
     "resolve_model",
     "result_from_dict",
