@@ -28,7 +28,7 @@ from ._cli_store import (
     shown,
     stored_session_ids,
 )
-from .turns import session_prefix
+from .records import session_prefix
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main", "open_store"]
 
