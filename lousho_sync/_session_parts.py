@@ -13,6 +13,7 @@ import attrs
 from . import _otel
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState, awaiting_error
+from .approvals import current
 from .compaction import (
     Compaction,
     TokenTally,
@@ -147,7 +148,7 @@ class SessionParts:
             return []
         out = []
         for approval_id in cp.pending_approval_ids:
-            record = self.approvals.get(approval_id)
+            record = current(self.approvals, approval_id)  # expired: denied now
             if record is not None and record.status == "pending":
                 out.append(approval_id)
         return out

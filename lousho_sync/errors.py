@@ -25,6 +25,7 @@
     │   └── LeaseLostError                     a write refused: a newer lease holder exists
     ├── ApprovalTurnMissingError (LookupError) the paused turn of an approval is gone
     ├── ApprovalAlreadyResolvedError
+    │   └── ApprovalExpiredError               denied as "expired" before anyone decided
     └── ApprovalNotFoundError (KeyError)
 
 Codes (``.code``) are stable public API.
@@ -37,11 +38,12 @@ Warnings (``warnings.warn``; each also logged once at WARNING)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "AbortedError",
     "ApprovalAlreadyResolvedError",
+    "ApprovalExpiredError",
     "ApprovalNotFoundError",
     "ApprovalTurnMissingError",
     "ConfigError",
@@ -89,10 +91,17 @@ class LoushoError(Exception):
     ``pending`` is set on errors raised by a session's ``send``/``stream``/``resume`` (and
     a one-shot run's): True when a turn was kept and pends (finish it with ``resume()`` or
     drop it with ``discard_pending()``), False when nothing was kept; None elsewhere.
+    ``turn`` says which turn such an error is about: ``"own"``, the call's own input, or
+    ``"resumed"``, a pending turn the call was finishing first (then the call's own input
+    was neither started nor stored: send it again). ``resumed`` is the result
+    (:class:`~lousho_sync.results.ExecutionResult`) of a pending turn the call finished
+    and committed before its own turn failed; None otherwise.
     """
 
     code: str = "LOUSHO_ERROR"
     pending: bool | None = None
+    turn: Literal["own", "resumed"] | None = None
+    resumed: Any = None  # an ExecutionResult (results is a floor above errors)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (type(self), self.args, dict(self.__dict__)))
@@ -300,6 +309,15 @@ class StoreDecryptError(StoreError):
         self.record = record
 
 
+class StoreEncryptedError(StoreError):
+    """The store was written through ``EncryptedStore`` (it is marked so) and is used
+    without it: plain reads would show empty texts and plain writes would mix plaintext into
+    encrypted sessions, so both are refused. Open it as ``EncryptedStore(inner,
+    keys=[...])``."""
+
+    code = "LOUSHO_STORE_ENCRYPTED"
+
+
 class SessionExistsError(StoreError):
     """A session was to be created (``fork``, ``create``, ``sessions copy``) under an id
     that already holds messages or metadata."""
@@ -322,6 +340,26 @@ class ApprovalAlreadyResolvedError(LoushoError):
     def __init__(self, message: str, *, approval_id: str | None = None) -> None:
         super().__init__(message)
         self.approval_id = approval_id
+
+
+class ApprovalExpiredError(ApprovalAlreadyResolvedError):
+    """The approval passed its ``expires_at`` before anyone decided: it was denied with the
+    reason ``"expired"`` (its turn continues as a denial does). ``result`` is the result of
+    the turn the resolving call continued, or None."""
+
+    code = "LOUSHO_APPROVAL_EXPIRED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        approval_id: str | None = None,
+        expires_at: float | None = None,
+        result: Any = None,
+    ) -> None:
+        super().__init__(message, approval_id=approval_id)
+        self.expires_at = expires_at
+        self.result = result
 
 
 class ApprovalTurnMissingError(LoushoError, LookupError):

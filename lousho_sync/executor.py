@@ -25,6 +25,7 @@ from . import _otel
 from ._lease_hold import LeaseHold
 from ._tool_run import tool_loop
 from ._turnlog import LoggedHooks
+from .approvals import EXPIRED_REASON, settle
 from .control import TurnControl, new_id
 from .errors import AbortedError, ConfigError, LoushoError, ProviderError
 from .events import (
@@ -80,7 +81,7 @@ class TurnWriter:
     lost stops before writing; stores that check fences also refuse a stale one atomically.
     """
 
-    __slots__ = ("approvals", "checkpoints", "fences", "hold")
+    __slots__ = ("approvals", "checkpoints", "fences", "hold", "wrote")
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class TurnWriter:
         self.checkpoints = checkpoints
         self.approvals = approvals
         self.hold = hold
+        self.wrote = False  # a checkpoint write was attempted (it may have landed)
         self.fences = fences if fences is not None or hold is None else (
             supports_fencing(checkpoints), supports_fencing(approvals))
         """Whether the checkpoint and the approval store take ``fence=`` (given by a caller
@@ -114,7 +116,9 @@ class TurnWriter:
         """Write ``checkpoint`` under its key."""
         store = self.checkpoints
         if store is not None:
-            store.save(checkpoint.key, checkpoint, **self._fence(0))
+            fence = self._fence(0)
+            self.wrote = True
+            store.save(checkpoint.key, checkpoint, **fence)
 
     def delete(self, key: str | None) -> None:
         """Delete the checkpoint ``key`` (nothing when None)."""
@@ -547,6 +551,7 @@ class Turn:
         cfg, env, ctl, state = self.cfg, self.env, self.ctl, self.state
         decisions = self._decisions()
         paused = False
+        asked: list[ApprovalRecord] = []
         for index, call in enumerate(calls):
             if ctl.signal.aborted:
                 raise TurnAborted
@@ -562,13 +567,16 @@ class Turn:
             if decision is None and tool is not None and tool.validate(call.arguments) is None:
                 needs = tool.requires_approval(call.arguments)
                 if needs:
-                    decision = yield from self._ask(call)
+                    decision = yield from self._ask(call, asked)
                     if decision is None:
                         paused = True
                         continue
             if decision is not None and not decision[0]:
-                reason = f": {decision[1]}" if decision[1] else ""
-                yield from self.record(call, f"denied by a human{reason}", True)
+                if decision[1] == EXPIRED_REASON:
+                    text = "denied: the request for approval expired before anyone decided"
+                else:
+                    text = "denied by a human" + (f": {decision[1]}" if decision[1] else "")
+                yield from self.record(call, text, True)
                 continue
             exceeded = _limit_tool(cfg.limits, used) or _limit_tool(
                 env.session_limits, env.session_used + used
@@ -591,9 +599,24 @@ class Turn:
         if paused:
             ctl.drop_queued()  # input not applied yet leaves no trace: its callers get an error
             self.save("awaiting-approval")
+            self._tell(asked)
             return "paused"
         state.pending_approvals.clear()
         return None
+
+    def _tell(self, asked: list[ApprovalRecord]) -> None:
+        """Call ``on_approval_requested`` for each request this step made, now that the
+        pause is saved (a hook that raises is logged)."""
+        hook = self.cfg.on_approval_requested
+        if hook is None:
+            return
+        for record in asked:
+            try:
+                hook(record)
+            except Exception:
+                _log.warning("on_approval_requested raised on approval %s (tool %r); the turn "
+                             "is paused as it should be", record.id, record.call.name,
+                             exc_info=True)
 
     def _skip(self, calls: Sequence[ToolCall], text: str) -> None:
         for call in calls:
@@ -612,6 +635,7 @@ class Turn:
             record = approvals.get(approval_id)
             if record is None:
                 continue
+            record = settle(approvals, record)  # past its expires_at: denied as expired
             if record.status == "pending":
                 still.append(approval_id)
             else:
@@ -619,21 +643,29 @@ class Turn:
         state.pending_approvals[:] = still
         return out
 
-    def _ask(self, call: ToolCall) -> Generator[RunEvent, None, tuple[bool, str | None] | None]:
+    def _ask(
+        self, call: ToolCall, asked: list[ApprovalRecord]
+    ) -> Generator[RunEvent, None, tuple[bool, str | None] | None]:
         """Ask for a decision: inline through ``approve``, or by an approval record
-        (pause)."""
-        env, state = self.env, self.state
+        (pause; the record joins ``asked``)."""
+        cfg, env, state = self.cfg, self.env, self.state
         writer = env.writer
         if writer.approvals is not None:
             for approval_id in state.pending_approvals:
                 record = writer.approvals.get(approval_id)
                 if record is not None and record.call.id == call.id:
                     return None  # still pending
+        tool = cfg.tools.get(call.name)
+        ttl = tool.approval_ttl_s if tool is not None and tool.approval_ttl_s else None
+        ttl = ttl or cfg.approval_ttl_s
+        created = now()
         record = ApprovalRecord(
             id=new_id(),
             session_id=state.session_id,
             checkpoint_key=state.key or "",
             call=call,
+            created_at=created,
+            expires_at=None if ttl is None else created + ttl,
         )
         if env.approve is not None:
             approved = bool(env.approve(record))
@@ -645,6 +677,7 @@ class Turn:
                 "use an agent, which has in-memory ones), or an approve= callback"
             )
         writer.create_approval(record)
+        asked.append(record)
         state.pending_approvals.append(record.id)
         yield from self.emit(ApprovalRequested, approval_id=record.id, call=call)
         return None

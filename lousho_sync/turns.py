@@ -78,6 +78,19 @@ Commit = Callable[[ExecutionResult], None]
 """Stores a finished turn's messages and drops its checkpoint (see :func:`play`)."""
 
 _CONFLICT_RETRIES = 100
+_RECORD_FAILED = (
+    "the turn is in doubt: its progress (a tool may have run) could not be recorded, so "
+    "its last record was left as it was for resume(), which reports a tool that may have "
+    "run instead of running it again"
+)
+_DELETE_FAILED = (
+    "the turn is in doubt: its record could not be deleted, so it may still pend; "
+    "pending() tells once the store answers"
+)
+_NOT_SENT = (
+    "this error is about the session's pending turn, which this call was finishing first; "
+    "this call's own input was not started and not stored: send it again"
+)
 _RESUME_HINT = (
     "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
     "with session.discard_pending()"
@@ -122,21 +135,36 @@ def play(
                 raise
             return turn.result("aborted", messages=())
         ctl.keep_queued_tokens()
-        kept = env.durable and turn.has_progress() and _quietly(
-            lambda: env.writer.save(turn.checkpoint("interrupted")),
-            "mark interrupted the turn", state,
-        )
-        if not kept:  # nothing recorded: a plain retry is correct, so nothing may pend
-            _quietly(lambda: env.writer.delete(state.key),
-                     "delete the checkpoint of failed turn", state)
+        doubt: str | None = None
+        if resumed or (env.durable and turn.has_progress()):
+            # a pending turn stays pending until finished or discarded; one with progress
+            # is kept. When its record cannot be updated, the last one stays as it was.
+            kept = True
+            if not _quietly(
+                lambda: env.writer.save(turn.checkpoint("interrupted")),
+                "mark interrupted the turn", state,
+            ) and not resumed:
+                doubt = _RECORD_FAILED
+        else:  # nothing recorded: a plain retry is correct, so nothing may pend
+            kept = env.writer.wrote and not _quietly(
+                lambda: env.writer.delete(state.key),
+                "delete the checkpoint of failed turn", state,
+            )
+            if kept:
+                doubt = _DELETE_FAILED
         if isinstance(exc, LoushoError):
-            tell_pending(exc, kept, resume_hint)
+            tell_pending(exc, kept, resume_hint, doubt)
         raise
 
 
-def tell_pending(exc: LoushoError, kept: bool, hint: str | None) -> None:
-    """Say on ``exc`` whether its turn was kept (``pending``), with how to finish it."""
+def tell_pending(
+    exc: LoushoError, kept: bool, hint: str | None, doubt: str | None = None
+) -> None:
+    """Say on ``exc`` whether its turn was kept (``pending``), with how to finish it (and,
+    when the store failed to record the turn's end, that the turn is in doubt)."""
     exc.pending = kept
+    if doubt is not None:
+        hint = f"{doubt}; {hint}" if hint else doubt
     if kept and hint and exc.args and isinstance(exc.args[0], str) and hint not in exc.args[0]:
         exc.args = (f"{exc.args[0]} [{hint}]", *exc.args[1:])
 
@@ -238,13 +266,22 @@ class SessionTurn:
                         result = aborted_result(control)
                     else:
                         st.sync()
-                        resumed = self._finish_pending(control, hold, last=msgs is None)
+                        try:
+                            resumed = self._finish_pending(control, hold, last=msgs is None)
+                        except LoushoError as exc:
+                            _about_pending(exc, own_input=msgs is not None)
+                            raise
                         if msgs is None:
                             result = resumed
                         else:
-                            if self._p.base.compaction is not None:
-                                self._p.maybe_compact(msgs, control.signal, hold, self._limits)
-                            result = yield from self._new_turn(control, msgs, hold, emit)
+                            try:
+                                if self._p.base.compaction is not None:
+                                    self._p.maybe_compact(msgs, control.signal, hold,
+                                                          self._limits)
+                                result = yield from self._new_turn(control, msgs, hold, emit)
+                            except LoushoError as exc:
+                                exc.turn, exc.resumed = "own", resumed
+                                raise
                             if resumed is not None:
                                 result = attrs.evolve(result, resumed=resumed)
                 finally:
@@ -253,8 +290,11 @@ class SessionTurn:
             turn.result = result
             return result
         except BaseException as exc:
-            if isinstance(exc, LoushoError) and exc.pending is None:
-                exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+            if isinstance(exc, LoushoError):
+                if exc.pending is None:
+                    exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+                if exc.turn is None:
+                    exc.turn = "own" if msgs is not None else "resumed"
             turn.error = exc
             raise
         finally:
@@ -334,6 +374,14 @@ class SessionTurn:
             pin(p.id, p.sessions, paused)
             st.pinned = paused
         return result
+
+
+def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
+    """Say on ``exc`` that it is about the pending turn the call was finishing first, and
+    (for ``send``/``stream``) that the call's own input was neither started nor stored."""
+    exc.turn = "resumed"
+    if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
+        exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
 
 
 def _commit(

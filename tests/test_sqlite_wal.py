@@ -197,20 +197,60 @@ def test_one_sqlite_library_per_process(tmp_path: Path) -> None:
     not driver.wal_reset_affected(sqlite3.sqlite_version_info),
     reason=f"the linked SQLite {sqlite3.sqlite_version} does not have the WAL-reset bug",
 )
-def test_an_affected_sqlite_warns_once_and_turns_automatic_checkpoints_off(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_an_affected_sqlite_is_guarded_quietly_an_info_log_and_no_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The checkpoint discipline covers the store's own connections, so nothing user-visible
+    is said: one INFO record per process, no warning; automatic checkpoints are off."""
+    import warnings
+
     monkeypatch.setenv(driver.DRIVER_ENV, "sqlite3")
     driver.reset_warning_for_tests()
-    with pytest.warns(StoreDurabilityWarning, match="WAL-reset bug") as caught:
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("INFO", "lousho_sync"):
+        warnings.simplefilter("always")
         first = SqliteStore(tmp_path / "a.db")
         second = SqliteStore(tmp_path / "b.db")
-    assert len([w for w in caught if w.category is StoreDurabilityWarning]) == 1
-    assert sqlite3.sqlite_version in str(caught[0].message)
-    assert "lousho[sqlite]" in str(caught[0].message)
+    assert [w for w in caught if issubclass(w.category, StoreDurabilityWarning)] == []
+    said = [r for r in caplog.records if "WAL-reset bug" in r.getMessage()]
+    assert [r.levelname for r in said] == ["INFO"]
+    assert sqlite3.sqlite_version in said[0].getMessage()
+    assert "lousho[sqlite]" in said[0].getMessage()
     for store in (first, second):
         with store:
             assert store._db.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+
+
+@pytest.mark.skipif(
+    not driver.wal_reset_affected(sqlite3.sqlite_version_info),
+    reason=f"the linked SQLite {sqlite3.sqlite_version} does not have the WAL-reset bug",
+)
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc")
+def test_a_connection_lousho_did_not_make_on_the_file_is_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where lousho cannot guard: the process already writes the file through a plain
+    sqlite3 connection, whose automatic checkpoints can race the store's commits."""
+    monkeypatch.setenv(driver.DRIVER_ENV, "sqlite3")
+    db = tmp_path / "shared.db"
+    plain = sqlite3.connect(db)
+    plain.execute("PRAGMA journal_mode=WAL")
+    plain.execute("CREATE TABLE app (x)")
+    plain.commit()
+    try:
+        with pytest.warns(StoreDurabilityWarning, match="connection lousho did not make") as w:
+            store = SqliteStore(db)
+        assert str(db) in str(w[0].message)
+        assert "wal_autocheckpoint=0" in str(w[0].message)
+        store.close()
+    finally:
+        plain.close()
+    # alone on the file (and a second store beside the first): nothing to warn about
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StoreDurabilityWarning)
+        with SqliteStore(db), SqliteStore(db):
+            pass
 
 
 WRITER = textwrap.dedent(

@@ -28,11 +28,13 @@ from ..errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
+from ._common import encrypted_refusal
 from ._sqlite_driver import (
     CHECKPOINT_WAL_BYTES,
     check_not_open_elsewhere,
     pin_driver,
     wal_reset_affected,
+    warn_unguarded_connection,
     warn_wal_reset_once,
 )
 from ._sqlite_rows import quotes_stored_text
@@ -79,6 +81,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 """Statements that bring the schema from version ``n - 1`` to ``n``."""
 
+ENCRYPTED_APPLICATION_ID = 0x6C6F7345
+"""``PRAGMA application_id`` of a file written through EncryptedStore ("losE")."""
+
 _open_files: dict[str, int] = {}
 """The files this process's stores hold open (real path: how many stores)."""
 _open_files_lock = threading.Lock()
@@ -108,11 +113,15 @@ class Db:
         self.unchecked = 0  # rows changed since the guard last looked at the WAL's size
         self.lock = threading.Lock()
         self.closed = False
+        self.wrapped = False  # used through EncryptedStore (mark_encrypted)
+        self.mark_checked = False  # the encryption mark was checked (or written)
         self.real = None if self.memory else os.path.realpath(self.path)
         if self.real is not None:
             with _open_files_lock:
                 if not _open_files.get(self.real):
                     check_not_open_elsewhere(self.driver, self.path)
+                    if self.guard:
+                        warn_unguarded_connection(self.driver, self.path)
                 _open_files[self.real] = _open_files.get(self.real, 0) + 1
         try:
             self.conn = self._open()
@@ -250,6 +259,8 @@ class Db:
                 self.level = level
             changes = conn.total_changes
             try:
+                if not self.mark_checked:
+                    self._check_mark(conn)
                 result = fn(conn)
             except BaseException as exc:
                 if conn.in_transaction:
@@ -282,6 +293,23 @@ class Db:
             raise error
         finally:
             self.lock.release()
+
+    def mark_encrypted(self) -> None:
+        """Mark the file as written through EncryptedStore (at the next statement) and
+        accept this store's use."""
+        with self.lock:
+            self.wrapped = True
+            self.mark_checked = False
+
+    def _check_mark(self, conn: Conn) -> None:
+        """Write the encryption mark (wrapped) or refuse a marked file (plain). Called
+        holding ``lock``."""
+        marked = conn.execute("PRAGMA application_id").fetchone()[0] == ENCRYPTED_APPLICATION_ID
+        if self.wrapped and not marked:
+            conn.execute(f"PRAGMA application_id = {ENCRYPTED_APPLICATION_ID}")
+        elif marked and not self.wrapped:
+            raise encrypted_refusal(f"at {self.path}", path=self.path)
+        self.mark_checked = True
 
     def _checkpoint_if_due(self, conn: Conn) -> None:
         """The WAL-reset guard: once the WAL passes CHECKPOINT_WAL_BYTES, checkpoint while

@@ -22,7 +22,9 @@ Two remedies, chosen per process:
   while holding SQLite's own write lock (``BEGIN IMMEDIATE``), which every writer takes.
   No commit, hence no WAL restart, can run during a checkpoint. The checkpoint SQLite runs
   when the last connection closes holds an exclusive lock on the file, so it cannot race
-  either. Programs other than lousho that write the same file are not covered.
+  either. Being guarded, this is logged at INFO, not warned about. Programs other than
+  lousho that write the same file are not covered: when the process already holds the file
+  open through a connection of its own, a store warns (StoreDurabilityWarning).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ __all__ = [
     "check_not_open_elsewhere",
     "choose_driver",
     "pin_driver",
+    "warn_unguarded_connection",
     "warn_wal_reset_once",
     "wal_reset_affected",
 ]
@@ -164,24 +167,43 @@ def check_not_open_elsewhere(driver: ModuleType, path: str) -> None:
 
 
 def warn_wal_reset_once(driver: ModuleType, path: str) -> None:
-    """Warn (once per process) that ``driver`` links a SQLite with the WAL-reset bug and
-    that the checkpoint discipline is on."""
+    """Say (once per process) that ``driver`` links a SQLite with the WAL-reset bug and that
+    the checkpoint discipline guards against it: an INFO log record, nothing more, since
+    the store's own connections are covered (see :func:`warn_unguarded_connection` for the
+    case it cannot cover)."""
     global _warned
     with _warn_lock:
         if _warned:
             return
         _warned = True
+    _log.info(
+        "SQLite %s (used by %s, opened for %s) has the WAL-reset bug (fixed in SQLite "
+        "3.51.3, 3.50.7 and 3.44.6); SqliteStore guards its own connections by "
+        "checkpointing only while holding the write lock. Programs other than lousho that "
+        "write the same file are not covered; a fixed SQLite: pip install 'lousho[sqlite]' "
+        "and %s=pysqlite3", driver.sqlite_version, driver.__name__, path, DRIVER_ENV)
+
+
+def warn_unguarded_connection(driver: ModuleType, path: str) -> None:
+    """Warn (StoreDurabilityWarning) when ``driver`` links an affected SQLite and this
+    process already holds ``path`` open through a connection that is not a SqliteStore's
+    (the caller checks that none is): that connection's automatic checkpoints can race a
+    store's commits, which the store cannot prevent. Linux only (``/proc``)."""
+    if not wal_reset_affected(driver.sqlite_version_info):
+        return
+    real = os.path.realpath(path)
+    if not _open_in_process((real, real + "-wal", real + "-shm")):
+        return
     text = (
-        f"SQLite {driver.sqlite_version} (used by {driver.__name__}, opened for {path}) has "
-        "the WAL-reset bug, which can corrupt a WAL database shared by several connections "
-        "(fixed in SQLite 3.51.3, 3.50.7 and 3.44.6). SqliteStore works around it by "
-        "checkpointing only while holding the write lock; programs other than lousho that "
-        "write the same file are not covered. Use a fixed SQLite: pip install "
-        f"'lousho[sqlite]' and set {DRIVER_ENV}=pysqlite3 (then open the file through "
-        "lousho only in that process, not with the standard sqlite3 module)."
+        f"{path} is already open in this process through a connection lousho did not make, "
+        f"and SQLite {driver.sqlite_version} has the WAL-reset bug: that connection's "
+        "automatic checkpoints can race the store's commits and corrupt the file, which "
+        "SqliteStore cannot prevent. Write the file only through SqliteStore, or run "
+        "PRAGMA wal_autocheckpoint=0 on that connection, or use a fixed SQLite (pip install "
+        f"'lousho[sqlite]' and {DRIVER_ENV}=pysqlite3)."
     )
     _log.warning("%s", text)
-    warnings.warn(text, StoreDurabilityWarning, stacklevel=4)
+    warnings.warn(text, StoreDurabilityWarning, stacklevel=5)
 
 
 def reset_warning_for_tests() -> None:

@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'lousho[postgres]'"
     ) from exc
 
+from ..approvals import expire_due
 from ..catalog import (
     SessionInfo,
     SessionPage,
@@ -75,6 +76,7 @@ from ..catalog import (
     page_from,
 )
 from ..codec import (
+    approval_json_resolved_by,
     dumps_approval,
     dumps_checkpoint,
     dumps_message,
@@ -711,18 +713,28 @@ class PostgresApprovalStore:
             f"SELECT {_APPROVAL_COLUMNS} FROM {{s}}.approvals WHERE id = %s"), (id,)).fetchone())
         return None if row is None else self._record(id, row)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once: one caller wins; the others get ApprovalAlreadyResolvedError;
-        an unknown id raises ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once (by ``by``, written into the record's JSON in the same UPDATE): one
+        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
+        ApprovalNotFoundError."""
         status = "approved" if approved else "denied"
         op = uuid.uuid4().hex  # a retry after a lost reply sees its own win
         db = self._db
 
         def update(c: Conn) -> tuple[Any, ...]:
+            params: tuple[Any, ...]
+            sets, params = "", (status, reason, time.time(), op)
+            if by is not None:
+                old = c.execute(db.q("SELECT json FROM {s}.approvals WHERE id = %s"),
+                                (id,)).fetchone()
+                if old is not None:
+                    sets, params = ", json = %s", (*params, approval_json_resolved_by(old[0], by))
             row = c.execute(db.q(
                 "UPDATE {s}.approvals SET status = %s, reason = %s, resolved_at = %s, op = %s"
-                f" WHERE id = %s AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}"),
-                (status, reason, time.time(), op, id)).fetchone()
+                f"{sets} WHERE id = %s AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}"),
+                (*params, id)).fetchone()
             if row is not None:
                 return tuple(row)
             found = c.execute(db.q(
@@ -830,6 +842,12 @@ class PostgresStore(LeaseForwarding, Closing):
                 # nothing written: a conflict, a lost lease, a new session or this call's
                 # retry; the transaction below finds out which
             with c.transaction():
+                if texts:  # this call's retry after a lost reply: it landed, whoever
+                    landed = c.execute(db.q(  # holds the lease now (a commit may release it)
+                        "SELECT key, revision FROM {s}.sessions WHERE id = %s AND op = %s"
+                        " AND length = %s"), (id, op, expected_length + len(texts))).fetchone()
+                    if landed is not None:
+                        return (int(landed[0]), int(landed[1]))
                 _fence(db, c, id, token)
                 if texts:
                     revision = self._append_rows(c, id, texts, expected_length, op)
@@ -888,6 +906,7 @@ class PostgresStore(LeaseForwarding, Closing):
         approvals resolved that long ago; pending approvals and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         db = self._db
 
         def delete_old(c: Conn) -> PruneResult:
@@ -910,6 +929,11 @@ class PostgresStore(LeaseForwarding, Closing):
             return PruneResult(0 if row is None else int(row[0]), checkpoints, approvals)
 
         return db.run("prune", delete_old)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the schema (its ``encrypted`` table, at the next
+        call) as written through it, and accept this object's use."""
+        self._db.mark_encrypted()
 
     def close(self) -> None:
         """Close the connection pool (idempotent)."""

@@ -4,6 +4,8 @@ Keys, all under ``prefix`` (default ``"lousho:"``)::
 
     layout                    "3": the key layout this release writes (newer is refused;
                               layouts 1 and 2 are taken as 3, see below)
+    encrypted                 "1" when the store was written through EncryptedStore (then a
+                              plain RedisStore refuses it: StoreEncryptedError)
     revision                  a store-wide counter; every transcript write takes a value
     session:<id>              list, one codec JSON string per message (RPUSH per turn)
     session-meta:<id>         hash {rev, op}: the transcript's revision, the last append's token
@@ -76,6 +78,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs the redis package: pip install 'lousho[redis]'") from exc
 
+from ..approvals import expire_due
 from ..catalog import (
     Cursor,
     SessionInfo,
@@ -86,6 +89,7 @@ from ..catalog import (
     page_from,
 )
 from ..codec import (
+    approval_json_resolved_by,
     dumps_approval,
     dumps_checkpoint,
     dumps_message,
@@ -653,11 +657,20 @@ class RedisApprovalStore:
         )
         return None if row[0] is None else self._record(id, row)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once: one caller wins; the others get ApprovalAlreadyResolvedError;
-        an unknown id raises ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once (by ``by``, written into the record's JSON by the same script): one
+        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
+        ApprovalNotFoundError."""
         status = "approved" if approved else "denied"
         resolved_at = time.time()
+        stamped = ""
+        if by is not None:  # the created record's JSON never changes: read it first
+            rkey = self._c.key("approval:", id)
+            old = self._c.run("read an approval", lambda r: r.hget(rkey, "json"))
+            if old is not None:
+                stamped = approval_json_resolved_by(old, by)
         keys = [
             self._c.key("approval:", id),
             self._c.key("approvals-pending"),
@@ -670,6 +683,7 @@ class RedisApprovalStore:
             repr(resolved_at),
             id,
             op_token(),
+            stamped,
         ]
         out = self._c.run("resolve an approval", lambda r: self._c.resolve_script(keys, args, r))
         if out[0] == 0:
@@ -779,6 +793,7 @@ class RedisStore(LeaseForwarding, Closing):
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
         session written meanwhile is kept."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         c = self._c
 
@@ -835,6 +850,11 @@ class RedisStore(LeaseForwarding, Closing):
             return removed
 
         return self._c.run("prune", remove)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the store (the ``encrypted`` key, at the next
+        call) as written through it, and accept this object's use."""
+        self._c.mark_encrypted()
 
     def close(self) -> None:
         """Close the store (idempotent); a client passed in stays open."""

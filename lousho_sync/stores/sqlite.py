@@ -76,8 +76,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import (
+    approval_json_resolved_by,
     dumps_approval,
     dumps_checkpoint,
     dumps_message,
@@ -684,16 +686,25 @@ class SqliteApprovalStore:
         )
         return None if row is None else self._record(id, row)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once: one caller wins; the others get ApprovalAlreadyResolvedError;
-        an unknown id raises ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once (by ``by``, written into the record's JSON in the same UPDATE): one
+        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
+        ApprovalNotFoundError."""
         status = "approved" if approved else "denied"
 
         def update(c: Conn) -> tuple[Any, ...] | None:
+            params: tuple[Any, ...]
+            sets, params = "", (status, reason, time.time())
+            if by is not None:
+                old = c.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
+                if old is not None:
+                    sets, params = ", json = ?", (*params, approval_json_resolved_by(old[0], by))
             row = c.execute(
-                "UPDATE approvals SET status = ?, reason = ?, resolved_at = ?"
+                f"UPDATE approvals SET status = ?, reason = ?, resolved_at = ?{sets}"
                 f" WHERE id = ? AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}",
-                (status, reason, time.time(), id),
+                (*params, id),
             ).fetchone()
             if row is not None:
                 return tuple(row)
@@ -826,6 +837,7 @@ class SqliteStore(LeaseForwarding, Closing):
         approvals resolved that long ago; pending approvals and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
 
         def delete_old(c: Conn) -> PruneResult:
             now = time.time()
@@ -847,6 +859,11 @@ class SqliteStore(LeaseForwarding, Closing):
             return result
 
         return self._db.run("prune", delete_old)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the file (``PRAGMA application_id``, at the next
+        statement) as written through it, and accept this object's use."""
+        self._db.mark_encrypted()
 
     def close(self) -> None:
         """Close the database (idempotent)."""
