@@ -153,6 +153,24 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     for p in (listing, show, undo, fork, delete, prune, copy):
         p.add_argument("--json", action="store_true", help="print JSON")
     _approvals_parser(sub, store_help)
+    serve = sub.add_parser(
+        "serve", help="the approvals inbox and sessions as web pages (token-protected)",
+        description="Serve the inbox (pending approvals of every session, approve or deny "
+        "with a reason), the sessions catalog and each session's transcript. Every request "
+        "needs the token: it is printed at start (or taken from --token or "
+        "$LOUSHO_SERVE_TOKEN); open the printed URL once and the browser keeps it in a "
+        "cookie. Deciding needs --app (the agent whose model and tools continue the turn); "
+        "without it the pages are read-only.")
+    serve.add_argument("--store", default=None, help=store_help.replace(
+        "(default: ", "(default: the --app agent's store, else "))
+    serve.add_argument("--app", default=None, help="MODULE:ATTR of the Agent (or a function "
+                       "taking store=) that continues decided turns (default: $LOUSHO_APP)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8765, help="default: 8765 (0: any free)")
+    serve.add_argument("--token", default=None,
+                       help="the token requests must bring (default: $LOUSHO_SERVE_TOKEN, "
+                       "else a new random one, printed)")
     return parser
 
 
@@ -254,6 +272,8 @@ def _main(args: argparse.Namespace) -> int:
             return _chat(args, sys.stdin, sys.stdout)
         if args.command == "approvals":
             return _approvals(args, sys.stdout)
+        if args.command == "serve":
+            return _serve(args, sys.stdout)
         return _sessions(args, sys.stdin, sys.stdout)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
@@ -345,6 +365,47 @@ def _approvals(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         if store is not None:
             _close(store)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    import os
+
+    from .errors import ConfigError
+    from .inbox import TOKEN_ENV, inbox_app, make_inbox_server, new_token
+
+    agent, store = _app_and_store(args.store, args.app)
+    given = args.token or os.environ.get(TOKEN_ENV) or None
+    if given is not None and len(given) < 16:
+        raise ConfigError(f"the serve token must be at least 16 characters (--token or "
+                          f"${TOKEN_ENV}); leave both out for a random one")
+    token = given or new_token()
+    app = inbox_app(agent if agent is not None else store, token=token)
+    try:
+        server = make_inbox_server(app, args.host, args.port)
+    except OSError as exc:
+        raise _Failure(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    shown_host = f"[{host}]" if ":" in host else host
+    url = f"http://{shown_host}:{port}/"
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"lousho: warning: serving on {args.host}: anyone who can reach it and has the "
+              "token can decide; put TLS in front of it", file=sys.stderr)
+    if agent is None:
+        print("lousho: warning: no --app: the pages are read-only (deciding needs the agent "
+              "whose model and tools continue the turn)", file=sys.stderr)
+    out.write(f"lousho serve: listening on {url}\n")
+    if given is None:
+        out.write(f"open {url}?token={token} once; the browser keeps the token in a cookie\n")
+    else:
+        out.write(f"open {url}?token=<your token> once; the browser keeps it in a cookie\n")
+    out.flush()
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        if store is not None:
+            _close(store)
+    return EXIT_OK
 
 
 def _session_info(session: Any) -> dict[str, Any]:

@@ -586,6 +586,8 @@ class Turn:
                 self.save("running")
                 return exceeded
             yield from self.emit(ToolCallStart, call=call)
+            if ctl.signal.aborted:  # e.g. the reader left on tool.call: the tool never starts
+                raise TurnAborted
             state.started.append(call.id)
             self.save("running")
             context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)

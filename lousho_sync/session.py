@@ -30,6 +30,7 @@ from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits
 from .messages import Message
+from .records import session_prefix
 from .results import ExecutionResult, PendingTurn
 from .run import AgentRun, DriverFactory
 from .signal import Signal
@@ -291,7 +292,8 @@ class Session:
         """A new session (a new UUID id unless given) holding a copy of this transcript up
         to turn ``at_turn`` (None: all; 0: none), its compaction history, and its metadata
         plus ``forked_from``. Never copies a pending turn; SessionExistsError when
-        ``new_id`` has messages or metadata already."""
+        ``new_id`` has messages, metadata, a pending turn or a running turn (it is written
+        under ``new_id``'s lease)."""
         nid = new_session_id() if new_id is None else validate_session_id(new_id)
         if nid == self._id:
             raise SessionExistsError(f"fork() needs a new id: {nid!r} is this session's own")
@@ -303,7 +305,22 @@ class Session:
                            approvals=p.approvals, committer=p.committer,
                            lease_ttl_s=p.lease_ttl_s)
         fork.turn_policy, fork.limits = self.turn_policy, self.limits
-        ops.fork_copy(self._p, ops.catalog_of(fork._p, "fork()"), nid, at_turn)
+        target = ops.catalog_of(fork._p, "fork()")
+        try:  # the target's slot and lease: no turn of it starts while it is written
+            with fork._p.exclusive("fork()"):
+                checkpoints = fork._p.checkpoints or fork._p.base.scratch
+                if checkpoints.keys(session_prefix(nid)):
+                    raise SessionExistsError(
+                        f"fork() onto {nid!r} refused: session {nid!r} holds a pending turn "
+                        "(resume or discard it there, or fork to another id)",
+                        session_id=nid,
+                    )
+                ops.fork_copy(self._p, target, nid, at_turn)
+        except SessionBusyError:
+            raise SessionExistsError(
+                f"fork() onto {nid!r} refused: session {nid!r} is running a turn",
+                session_id=nid,
+            ) from None
         fork.load()
         return fork
 

@@ -402,6 +402,15 @@ def _commit(
     store = st.store
     history = st.messages
     fence = hold.fence() if hold is not None else None
+    if st.repaired:  # the transcript with its repair, then the turn: one whole write
+        kw = {"fence": fence} if fence is not None and p.fences[2] else {}
+        store.save(st.id, [*history, *new], **kw)
+        _log.info("session %s: stored the repair of its orphaned tool calls with the turn",
+                  st.id)
+        writer.delete(key)
+        st.extend(history, new, st.current_revision())
+        st.repaired = False
+        return
     if committer is not None:
         with contextlib.suppress(StoreConflictError):  # then the slow path below
             revision = committer.commit_turn(

@@ -382,6 +382,25 @@ def test_unreachable_and_unwritable_stores_fail_before_the_prompt(tmp_path: Path
     assert "/proc/self/lousho.db" in line
 
 
+def test_no_store_problem_shows_a_password(tmp_path: Path) -> None:
+    secret = "Sup3rSecret-pw"
+    with socket_closed_port() as port:
+        stores = [f"redis://:{secret}@127.0.0.1:{port}/0",
+                  f"redis://app:{secret}@127.0.0.1:{port}/0",
+                  f"redis://:{secret}-with-@-in-it@127.0.0.1:{port}/0",
+                  f"rediss://:{secret}@127.0.0.1:{port}/0",
+                  f"postgresql://app:{secret}@127.0.0.1:{port}/db",
+                  f"mysql://app:{secret}@127.0.0.1:{port}/db"]
+        for store in stores:
+            for args in (["sessions", "--store", store, "list"],
+                         ["sessions", "--store", store, "prune", "--older-than", "7d", "--yes"],
+                         ["chat", "--store", store]):
+                proc = lousho(*args, cwd=tmp_path)
+                line = problem(proc)
+                assert "Sup3rSecret" not in proc.stderr + proc.stdout, line
+                assert "in-it" not in line and f"127.0.0.1:{port}" in line
+
+
 def read_only_command(directory: Path, args: list[str]) -> list[str]:
     """``args`` run with ``directory`` read-only: for root (who writes read-only files), in a
     private mount namespace where it is a read-only bind mount."""

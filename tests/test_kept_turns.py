@@ -5,6 +5,8 @@ says which turn it is about; a turn whose tool may have run is never forgotten."
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -12,7 +14,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _http_server import FakeServer, fixture_reply
@@ -28,10 +32,14 @@ from conftest import (
 from test_cli import Chat, failing
 
 from lousho_sync import (
+    FileStore,
     LoushoError,
+    MemorySessionStore,
+    Message,
     PendingTurn,
     ProviderError,
     ScriptedProvider,
+    SessionExistsError,
     Step,
     ToolCall,
     create_agent,
@@ -55,9 +63,11 @@ def users(messages: object) -> list[str]:
     return [m.text for m in messages if m.role == "user"]  # type: ignore[attr-defined]
 
 
-def crash_before_first_answer(db: Path, session_id: str, text: str) -> None:
-    """A real child process starts a turn on the SQLite store ``db`` and is SIGKILLed
-    while its first model call runs: the turn is pending, with no progress."""
+@contextlib.contextmanager
+def turn_in_child(db: Path, session_id: str, text: str) -> Iterator[None]:
+    """A real child process runs a turn on the SQLite store ``db``; inside the block its
+    first model call is running (the child holds the session's lease); then it is
+    SIGKILLed: the turn is left pending, with no progress."""
     child = textwrap.dedent("""
         import sys, threading
         from lousho_sync import ScriptedProvider, create_agent
@@ -74,12 +84,19 @@ def crash_before_first_answer(db: Path, session_id: str, text: str) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert read_line(proc) == "IN MODEL"
+        yield
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         for stream in (proc.stdout, proc.stderr):
             assert stream is not None
             stream.close()
+
+
+def crash_before_first_answer(db: Path, session_id: str, text: str) -> None:
+    """A child's turn on ``db`` is SIGKILLed in its first model call: it pends."""
+    with turn_in_child(db, session_id, text):
+        pass
 
 
 # --- 5. a failed resume keeps the turn ---------------------------------------------------------
@@ -362,3 +379,169 @@ def test_a_committed_turn_whose_reply_was_lost_is_a_success_on_postgres(
     finally:
         proxy.close()
         other.close()
+
+
+# --- 10. the repair of orphaned tool calls is committed with the turn -------------------------
+ORPHANED = [Message("user", "x"),
+            Message("assistant", "", tool_calls=(ToolCall("c9", "look", {"x": "z"}),)),
+            Message("user", "next?")]
+
+
+def _store_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> object:
+    if kind == "memory":
+        return MemorySessionStore()
+    if kind == "files":
+        return FileStore(tmp_path / "f")
+    if kind == "sqlite":
+        return SqliteStore(tmp_path / "a.db")
+    if kind == "redis":
+        from lousho_sync.redis import RedisStore
+        return RedisStore(request.getfixturevalue("redis_url"),
+                          prefix=request.getfixturevalue("redis_prefix"))
+    from lousho_sync.postgres import PostgresStore
+    return PostgresStore(request.getfixturevalue("postgres_url"),
+                         schema=request.getfixturevalue("postgres_schema"))
+
+
+@pytest.mark.parametrize("kind", ["memory", "files", "sqlite", "redis", "postgres"])
+def test_the_repair_of_an_orphaned_tool_call_lasts(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # repro_orphan_repair_lost.py and repro_undo_after_orphan_repair.py
+    store: Any = _store_of(kind, tmp_path, request)
+    sessions = getattr(store, "sessions", store)
+    sessions.save("o", ORPHANED)
+    prov = ScriptedProvider(default="ok")
+    session = create_agent(provider=prov, tools=[look], store=store).session(id="o")
+    with caplog.at_level(logging.WARNING):
+        session.send("turn 1")
+        session.send("turn 2")
+    assert "another writer" not in caplog.text
+    shape = ["user", "assistant(tool_calls)", "tool", "user", "user", "assistant", "user"]
+    roles = [m.role + ("(tool_calls)" if m.tool_calls else "") for m in prov.requests[1].messages]
+    assert roles == shape  # the second request still carries the call's (error) result
+    stored = sessions.load("o")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "user", "user",
+                                        "assistant", "user", "assistant"]
+    assert stored[2].is_error and stored[2].tool_call_id == "c9"
+    removed = session.undo()
+    assert [m.text for m in removed] == ["turn 2", "ok"]
+    assert users(sessions.load("o")) == ["x", "next?", "turn 1"]
+    if hasattr(store, "close"):
+        store.close()
+
+
+# --- 9. fork refuses an id holding a pending or running turn ----------------------------------
+def test_fork_refuses_an_id_whose_turn_pends_or_runs(tmp_path: Path) -> None:
+    # repro_fork_onto_pending_turn.py and repro_fork_onto_running_turn.py
+    paid: list[int] = []
+    started, gate = threading.Event(), threading.Event()
+
+    @tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    def model(request: Any) -> Any:
+        last = [m for m in request.messages if m.role == "user"][-1].text
+        if last == "pay 7" and request.messages[-1].role == "user":
+            return Step(tool_calls=[("pay", {"amount": 7})])
+        if last == "slow":
+            started.set()
+            wait(gate, "the gate")
+        return "ok"
+
+    db = tmp_path / "a.db"
+    with SqliteStore(db) as store:
+        agent = create_agent(provider=ScriptedProvider(default=model), tools=[pay, look],
+                             store=store)
+        source = agent.session(id="src")
+        source.send("source one")
+        # a turn paused on an approval
+        paused = agent.session(id="waits").send("pay 7")
+        with pytest.raises(SessionExistsError, match="pending turn"):
+            source.fork("waits")
+        assert agent.session(id="waits").pending() is not None
+        assert paused.approval_id is not None
+        done = agent.approvals.resolve(id=paused.approval_id, approved=True)
+        assert done is not None and done.text == "ok" and paid == [7]
+        assert users(agent.session(id="waits").messages) == ["pay 7"]
+        # a turn running in this process
+        thread = threading.Thread(target=lambda: agent.session(id="runs").send("slow"))
+        thread.start()
+        wait(started, "the turn to start")
+        try:
+            with pytest.raises(SessionExistsError, match="running a turn"):
+                source.fork("runs")
+        finally:
+            gate.set()
+            thread.join(WAIT)
+        assert [m.text for m in agent.session(id="runs").messages] == ["slow", "ok"]
+        # a turn running in another process, then left pending by its crash
+        with turn_in_child(db, "elsewhere", "child's question"), pytest.raises(
+            SessionExistsError, match="running a turn"
+        ):
+            source.fork("elsewhere")
+        with pytest.raises(SessionExistsError, match="pending turn"):
+            source.fork("elsewhere")
+        result = agent.session(id="elsewhere").resume()
+        assert result is not None and users(result.messages) == ["child's question"]
+        # a free id still forks
+        fork = source.fork("free")
+        assert users(fork.messages) == ["source one"]
+
+
+# --- 12. lousho_aio's reader leaving: the same outcome as the sync twin -----------------------
+def _twin_script() -> ScriptedProvider:
+    return ScriptedProvider([Step(tool_calls=[("look", {"x": "1"})]),
+                             Step(chunks=["Do", "ne", "."])])
+
+
+def _leave_at(event: Any, seen: list[str], where: str) -> bool:
+    seen.append(event.type)
+    if where == "usage":  # the model asked for a tool; the reader has not seen tool.call
+        return event.type == "usage"
+    if where == "tool.call":
+        return event.type == "tool.call"
+    if where == "first text":
+        return event.type == "text.delta"
+    return event.type == "text.delta" and event.text == "."  # the whole answer seen
+
+
+@pytest.mark.parametrize("where", ["usage", "tool.call", "first text", "last text"])
+def test_an_aio_reader_leaving_gets_what_a_sync_reader_gets(where: str) -> None:
+    # repro_aio_runs_tool_reader_left.py
+    import asyncio
+
+    import lousho_aio
+
+    ran: list[str] = []
+
+    @tool(name="look")
+    def counted(x: str) -> str:
+        """Look."""
+        ran.append(x)
+        return "seen " + x
+
+    session = create_agent(provider=_twin_script(), tools=[counted]).session()
+    run = session.stream("go")
+    for event in run:
+        if _leave_at(event, [], where):
+            break
+    sync = (run.result().finish_reason, len(ran), len(session.messages))
+    ran.clear()
+
+    async def aio() -> tuple[str, int, int]:
+        session = lousho_aio.create_agent(provider=_twin_script(), tools=[counted]).session()
+        run = session.stream("go")
+        async for event in run:
+            if _leave_at(event, [], where):
+                break
+        return (await run.result()).finish_reason, len(ran), len(await session.load())
+
+    assert asyncio.run(aio()) == sync
+    expected = {"usage": ("aborted", 0, 0), "tool.call": ("aborted", 0, 0),
+                "first text": ("aborted", 1, 0), "last text": ("stop", 1, 4)}
+    assert sync == expected[where]

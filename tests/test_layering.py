@@ -45,6 +45,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync"},
     {"lousho_sync.demo", "lousho_sync._cli_store", "lousho_sync._cli_chat",
      "lousho_sync._cli_approvals"},
+    {"lousho_sync.inbox"},
     {"lousho_sync.cli"},
     {"lousho_sync.__main__"},
     {"lousho_aio._bridge"},
@@ -172,7 +173,7 @@ _BRIDGE_MAY_IMPORT = frozenset({"lousho_sync._tool_run", "lousho_sync.callers"})
 """The private modules lousho_aio's ``_bridge`` reaches: the tool loop and who is calling."""
 _CLI = frozenset({"lousho_sync.cli", "lousho_sync.demo", "lousho_sync.__main__",
                   "lousho_sync._cli_store", "lousho_sync._cli_chat",
-                  "lousho_sync._cli_approvals"})
+                  "lousho_sync._cli_approvals", "lousho_sync.inbox"})
 
 
 def _public(module: str) -> bool:

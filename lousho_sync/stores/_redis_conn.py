@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..records import Fence
 from . import _redis_scripts as lua
-from ._common import encrypted_refusal, lease_lost
+from ._common import encrypted_refusal, lease_lost, unstorable
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -175,6 +175,8 @@ class Conn:
             return fn(self.client)
         except redis_errors.RedisError as exc:
             raise self.translate(exc, what, session_id) from exc
+        except UnicodeEncodeError as exc:  # a surrogate in a key or argument
+            raise unstorable(what, exc.object[exc.start], session_id) from None
 
     def _check_layout(self) -> None:
         stored = self.layout_script(keys=[self.key("layout")], args=[LAYOUT_VERSION])

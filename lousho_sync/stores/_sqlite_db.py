@@ -28,7 +28,7 @@ from ..errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
-from ._common import encrypted_refusal
+from ._common import encrypted_refusal, unstorable
 from ._sqlite_driver import (
     CHECKPOINT_WAL_BYTES,
     check_not_open_elsewhere,
@@ -276,6 +276,8 @@ class Db:
                         path=self.path,
                         session_id=session_id,
                     ) from exc
+                if isinstance(exc, UnicodeEncodeError):  # a surrogate in a bound str
+                    raise unstorable(what, exc.object[exc.start], session_id) from None
                 if not isinstance(exc, self.errors):
                     raise
                 error = self.translate(exc, what, session_id)
