@@ -52,6 +52,7 @@ from .errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
+from .event_json import EVENT_JSON_VERSION, event_to_dict
 from .events import (
     ApprovalRequested,
     CompactionDone,
@@ -133,6 +134,7 @@ __version__ = _version()
 """The installed distribution's version (one source: the package metadata)."""
 
 __all__ = [
+    "EVENT_JSON_VERSION",
     "AbortController",
     "AbortedError",
     "Agent",
@@ -235,6 +237,7 @@ __all__ = [
     "Usage",
     "UsageEvent",
     "create_agent",
+    "event_to_dict",
     "memory_store",
     "message_from_dict",
     "message_to_dict",

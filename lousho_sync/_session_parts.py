@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 
@@ -53,8 +53,6 @@ class AgentBase:
     config: TurnConfig
     compaction: Compaction | None = None
     scratch: CheckpointStore
-    pin: Callable[[str, SessionStore, bool], None] | None = None
-    """Told when a turn of a session starts (True) or stops (False) waiting on approvals."""
 
 
 @attrs.frozen(slots=True, kw_only=True)

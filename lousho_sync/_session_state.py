@@ -110,7 +110,6 @@ class SessionState:
         self.revision: object = None
         self.used = Counters()
         self.awaiting: str | None = None
-        self.pinned = False  # the agent keeps the default store alive for a paused turn
         self.owner = make_owner()
         self.seq = itertools.count()
         # capabilities, checked once (a Protocol isinstance check is slow)

@@ -152,21 +152,20 @@ class Agent:
             ),
             compaction=compaction,
             scratch=self._scratch,
-            pin=self._pin,
         )
         self._scratch_env = TurnEnv(writer=TurnWriter(self._scratch, self.approval_store),
                                     durable=False)
         self._lock = threading.Lock()
-        self._default_stores: weakref.WeakValueDictionary[str, MemorySessionStore] = (
-            weakref.WeakValueDictionary()
-        )
+        # no session store given: the agent's own in memory (a session lives as long as
+        # its agent, as with memory_store())
+        self._memory = MemorySessionStore()
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
-        self._pinned: dict[str, MemorySessionStore] = {}
         self.approvals = Approvals(self)
 
     @property
     def store(self) -> AnyStore | None:
-        """The store given to ``create_agent`` (None: each session keeps its own in memory)."""
+        """The store given to ``create_agent`` (None: the agent keeps its sessions in
+        memory, each as long as the agent lives)."""
         return self._store
 
     # --- single turns --------------------------------------------------------------------------
@@ -231,13 +230,7 @@ class Agent:
         over the agent's, part by part."""
         sid = new_session_id() if id is None else validate_session_id(id)
         s_sessions, s_checkpoints, s_approvals = _parts(store)
-        sessions = s_sessions or self._session_store
-        if sessions is None:
-            with self._lock:
-                sessions = self._default_stores.get(sid)
-                if sessions is None:
-                    sessions = MemorySessionStore()
-                    self._default_stores[sid] = sessions
+        sessions = s_sessions or self._session_store or self._memory
         checkpoints = checkpoint_store or s_checkpoints or self.checkpoint_store
         kwargs: dict[str, Any] = {}
         if lease_ttl_s is not None:
@@ -333,16 +326,6 @@ class Agent:
         if session is not None:
             return session.resume()
         return self._resume_one_shot(store, record.checkpoint_key)
-
-    def _pin(self, id: str, store: SessionStore, keep: bool) -> None:
-        """Keep the default in-memory transcript of ``id`` alive while its turn waits on an
-        approval (the ``Session`` objects may all be gone by the time it is resolved)."""
-        with self._lock:
-            if keep and self._default_stores.get(id) is store:
-                assert isinstance(store, MemorySessionStore)
-                self._pinned[id] = store
-            elif not keep and self._pinned.get(id) is store:
-                del self._pinned[id]
 
     def __repr__(self) -> str:
         return f"<Agent provider={type(self.provider).__name__} tools={list(self.tools)}>"

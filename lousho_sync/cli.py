@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -63,7 +63,9 @@ class _NotFound(_Failure):
     code = "LOUSHO_SESSION_NOT_FOUND"
 
 
-def _count(low: int) -> Any:
+def _count(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``low`` (a usage error otherwise)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)

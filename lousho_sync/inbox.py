@@ -327,8 +327,9 @@ class InboxApp:
             parts.append("<p id=pending>Waiting for a decision:</p>"
                          + self._approval_rows(waiting, f"/sessions/{sid}"))
         else:
-            parts.append("<p id=pending>A turn did not finish (interrupted): "
-                         f"<code>agent.resume({_e(repr(sid))})</code> finishes it.</p>")
+            parts.append("<p id=pending>A turn is unfinished: running in another process, or "
+                         f"interrupted (then <code>agent.resume({_e(repr(sid))})</code> "
+                         "finishes it).</p>")
         parts.append(
             "<h2>Running turn</h2><p class=muted id=live>The live view of a running turn is "
             "not here yet: it needs <code>Session.attach()</code> (the issue “A turn outlives "

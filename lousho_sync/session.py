@@ -255,12 +255,8 @@ class Session:
                 with contextlib.suppress(ApprovalAlreadyResolvedError):
                     self._p.approvals.resolve(approval_id, approved=False, reason="discarded")
             self._p.writer(hold).delete(cp.key)
-            st = self._state
-            with st.lock:
-                st.awaiting = None
-            if self._p.base.pin is not None and st.pinned:
-                self._p.base.pin(self._id, self._p.sessions, False)
-                st.pinned = False
+            with self._state.lock:
+                self._state.awaiting = None
 
     def clear(self, *, keep_metadata: bool = True) -> None:
         """Empty the transcript (and the history compaction kept) and save it empty;

@@ -369,10 +369,6 @@ class SessionTurn:
         if paused:
             with st.lock:
                 st.awaiting = result.approval_id
-        pin = p.base.pin
-        if pin is not None and (paused or st.pinned):
-            pin(p.id, p.sessions, paused)
-            st.pinned = paused
         return result
 
 

@@ -545,3 +545,39 @@ def test_an_aio_reader_leaving_gets_what_a_sync_reader_gets(where: str) -> None:
     expected = {"usage": ("aborted", 0, 0), "tool.call": ("aborted", 0, 0),
                 "first text": ("aborted", 1, 0), "last text": ("stop", 1, 4)}
     assert sync == expected[where]
+
+
+# --- 13. with no store, a session lives as long as its agent ----------------------------------
+def test_without_a_store_a_session_lives_as_long_as_its_agent() -> None:
+    # repro_default_store_forgets_session.py (and an approval resolved after its session
+    # object was dropped: repro_resolve_after_session_dropped.py)
+    import gc
+
+    paid: list[int] = []
+
+    @tool(needs_approval=True)
+    def transfer(amount: int) -> str:
+        """Send money."""
+        paid.append(amount)
+        return f"sent {amount}"
+
+    prov = ScriptedProvider(["hi", Step(tool_calls=[("transfer", {"amount": 5})]), "Sent.",
+                             "still here"])
+    agent = create_agent(provider=prov, tools=[transfer])
+    first = agent.session(id="same")
+    first.send("hello")
+    del first
+    gc.collect()
+    again = agent.session(id="same")
+    assert [m.text for m in again.messages] == ["hello", "hi"]
+    paused = again.send("pay 5")
+    assert paused.approval_id is not None
+    del again
+    gc.collect()
+    done = agent.approvals.resolve(id=paused.approval_id, approved=True)
+    assert done is not None and done.text == "Sent." and paid == [5]
+    gc.collect()
+    later = agent.session(id="same")
+    assert users(later.messages) == ["hello", "pay 5"]
+    assert later.send("and now?").text == "still here"
+    assert agent.session(id="other").messages == ()  # sessions stay apart

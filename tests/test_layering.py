@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync._otel", "lousho_sync.compaction", "lousho_sync.providers._http",
      "lousho_sync.providers.scripted", "lousho_sync.stores._redis_scripts",
      "lousho_sync._lease_hold", "lousho_sync.stores._common", "lousho_sync.stores._sqlite_rows",
+     "lousho_sync.event_json",
      "lousho_sync.stores.bundle", "lousho_sync.approvals"},
     {"lousho_sync._turnlog", "lousho_sync.control", "lousho_sync.stores._redis_conn",
      "lousho_sync.providers._wire",
