@@ -44,7 +44,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync.session"},
     {"lousho_sync.agent"},
     {"lousho_sync"},
-    {"lousho_sync.demo", "lousho_sync._cli_store", "lousho_sync._cli_chat",
+    {"lousho_sync.demo", "lousho_sync.sse", "lousho_sync._cli_store", "lousho_sync._cli_chat",
      "lousho_sync._cli_approvals"},
     {"lousho_sync.inbox"},
     {"lousho_sync.cli"},
@@ -53,7 +53,7 @@ LAYERS: list[set[str]] = [
     {"lousho_aio.run"},
     {"lousho_aio.session"},
     {"lousho_aio.agent"},
-    {"lousho_aio"},
+    {"lousho_aio", "lousho_aio.sse"},
 ]
 FLOOR = {name: i for i, names in enumerate(LAYERS) for name in names}
 
