@@ -8,7 +8,8 @@ next write raises :class:`~lousho_sync.errors.LeaseLostError` before touching th
 write that finds the last renewal a whole TTL old (the process was stopped) renews first.
 Stores that support fencing also refuse, atomically, a write carrying an older token than
 the newest acquisition (:class:`~lousho_sync.records.Fence`), which closes the window
-between that check and the write.
+between that check and the write. One daemon thread renews every held lease of the
+process on time.
 Only the hold's owner releases it (directly, or by asking a commit to release it). A release
 that fails (the store is away) is retried in the background until it succeeds, the lease
 would have expired anyway, or the same owner acquires the session again: an alive, idle
@@ -17,12 +18,13 @@ holder never keeps others waiting out the whole TTL once the store is back.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
 
-from ._heartbeat import HEARTBEAT
 from .errors import LeaseLostError, SessionBusyError
 from .records import Fence
 from .signal import Signal
@@ -140,7 +142,7 @@ class LeaseHold:
             self._held = True
             self._lost = False
             self._last_ok = time.monotonic()
-        self._cancel = HEARTBEAT.add(self._renew, self.ttl_s / 3)
+        self._cancel = _HEARTBEAT.add(self._renew, self.ttl_s / 3)
         return True
 
     def _renew(self) -> None:
@@ -219,10 +221,72 @@ class LeaseHold:
             _retries[retry.key] = retry
         if old is not None:
             old.stop()
-        retry.cancel = HEARTBEAT.add(retry, min(RELEASE_RETRY_S, self.ttl_s / 3))
+        retry.cancel = _HEARTBEAT.add(retry, min(RELEASE_RETRY_S, self.ttl_s / 3))
 
     def __enter__(self) -> LeaseHold:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class _Heartbeat:
+    """Calls registered functions every ``interval_s`` until cancelled.
+
+    Thread-safe: one condition guards the schedule; the thread starts on first use.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, float, Callable[[], object]]] = []
+        self._live: set[int] = set()
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wake_at = 0.0  # when the thread will look at the schedule next (monotonic)
+
+    def add(self, fn: Callable[[], object], interval_s: float) -> Callable[[], None]:
+        """Run ``fn`` every ``interval_s`` seconds; returns a cancel function."""
+        token = next(self._ids)
+        with self._cond:
+            self._live.add(token)
+            due = time.monotonic() + interval_s
+            heapq.heappush(self._heap, (due, token, interval_s, fn))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="lousho-heartbeat",
+                                                daemon=True)
+                self._thread.start()
+            elif due < self._wake_at:  # wake the thread only when it would look too late
+                self._cond.notify()
+
+        def cancel() -> None:
+            with self._cond:
+                self._live.discard(token)
+
+        return cancel
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][1] not in self._live:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._wake_at = time.monotonic() + 5.0
+                        self._cond.wait(5.0)
+                        continue
+                    due = self._heap[0][0] - time.monotonic()
+                    if due <= 0:
+                        _, token, interval, fn = heapq.heappop(self._heap)
+                        again = (time.monotonic() + interval, token, interval, fn)
+                        heapq.heappush(self._heap, again)
+                        break
+                    self._wake_at = time.monotonic() + due
+                    self._cond.wait(due)
+            try:
+                fn()
+            except Exception:
+                _log.warning("lease renewal failed", exc_info=True)
+
+
+_HEARTBEAT = _Heartbeat()
+"""One daemon thread that renews every held lease on time."""

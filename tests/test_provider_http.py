@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from _http_server import (
+    FIXTURES,
+    FakeServer,
+    Recorded,
+    Reply,
+    fixture_reply,
+    sse_reply,
+)
 from conftest import free_port
 
 from lousho_sync.errors import AbortedError, ConfigError, ProviderError, RateLimitedError
@@ -40,14 +48,6 @@ from lousho_sync.providers.openai import OpenAIProvider
 from lousho_sync.providers.registry import register_provider, resolve_model
 from lousho_sync.providers.scripted import ScriptedProvider
 from lousho_sync.signal import AbortController, Signal
-from tests._http_server import (
-    FIXTURES,
-    FakeServer,
-    Recorded,
-    Reply,
-    fixture_reply,
-    sse_reply,
-)
 
 KEY = "sk-test-SECRET-0123456789abcdefXYZ"
 WAIT = 10.0  # every wait in these tests is bounded by this
@@ -121,12 +121,6 @@ ANTHROPIC = Api(
 @pytest.fixture(params=[OPENAI, ANTHROPIC], ids=lambda a: a.name)
 def api(request: pytest.FixtureRequest) -> Api:
     return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
 
 
 @pytest.fixture

@@ -130,7 +130,8 @@ def openai_fake(rec: Recorded) -> Reply:
 
 
 @pytest.fixture(scope="module")
-def server() -> object:
+def readme_server() -> object:
+    """One fake OpenAI-format server for every block of the module."""
     with FakeServer() as fake:
         fake.default = openai_fake
         yield fake
@@ -146,13 +147,13 @@ SECTIONS = list(dict.fromkeys(heading for heading, _ in PYTHON_BLOCKS))
 
 
 @pytest.mark.parametrize("heading", SECTIONS)
-def test_blocks_run_as_written(heading: str, server: FakeServer, tmp_path: Path) -> None:
+def test_blocks_run_as_written(heading: str, readme_server: FakeServer, tmp_path: Path) -> None:
     """Each block of the section in a fresh interpreter and an empty directory; then what
     the section says its blocks print. A block that wrote files runs again in the same
     directory, as a user runs it again, and must print the same."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OPENAI_", "ANTHROPIC_", "LOUSHO_"))}
-    env.update(OPENAI_API_KEY="sk-readme-test-key-0000", OPENAI_BASE_URL=server.url + "/v1",
+    env.update(OPENAI_API_KEY="sk-readme-test-key-0000", OPENAI_BASE_URL=readme_server.url + "/v1",
                PYTHONPATH="")
     stdout = ""
     for n, code in enumerate(code for h, code in PYTHON_BLOCKS if h == heading):
