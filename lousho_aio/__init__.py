@@ -20,6 +20,7 @@ from lousho_sync.errors import (
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
+    InvalidEventIdError,
     InvalidInputError,
     InvalidMetadataError,
     InvalidSessionIdError,
@@ -46,6 +47,7 @@ from lousho_sync.errors import (
     StoreUnavailableError,
     TurnNotFoundError,
 )
+from lousho_sync.event_json import EVENT_JSON_VERSION, event_to_dict
 from lousho_sync.events import (
     ApprovalRequested,
     CompactionDone,
@@ -122,6 +124,7 @@ from .session import AsyncApproveCallback, AsyncSession
 __all__ = [
     "DEFAULT_MAX_WORKERS",
     "EVENT_BUFFER",
+    "EVENT_JSON_VERSION",
     "AbortController",
     "AbortedError",
     "AgentStore",
@@ -157,6 +160,7 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
+    "InvalidEventIdError",
     "InvalidInputError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
@@ -229,6 +233,7 @@ __all__ = [
     "configure",
     "create_agent",
     "event_id",
+    "event_to_dict",
     "max_workers",
     "memory_store",
     "message_from_dict",

@@ -27,6 +27,7 @@ from .errors import (
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
+    InvalidEventIdError,
     InvalidInputError,
     InvalidMetadataError,
     InvalidSessionIdError,
@@ -53,6 +54,7 @@ from .errors import (
     StoreUnavailableError,
     TurnNotFoundError,
 )
+from .event_json import EVENT_JSON_VERSION, event_to_dict
 from .events import (
     ApprovalRequested,
     CompactionDone,
@@ -137,6 +139,7 @@ __version__ = _version()
 """The installed distribution's version (one source: the package metadata)."""
 
 __all__ = [
+    "EVENT_JSON_VERSION",
     "AbortController",
     "AbortedError",
     "Agent",
@@ -171,6 +174,7 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
+    "InvalidEventIdError",
     "InvalidInputError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
@@ -243,6 +247,7 @@ __all__ = [
     "UsageEvent",
     "create_agent",
     "event_id",
+    "event_to_dict",
     "memory_store",
     "message_from_dict",
     "message_to_dict",

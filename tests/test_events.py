@@ -47,9 +47,13 @@ def child(*args: str) -> subprocess.Popen[str]:
 
 
 def finish(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
-    """The child's remaining JSON lines (it must exit 0)."""
-    stdout, stderr = proc.communicate(timeout=CHILD_TIMEOUT)
-    assert proc.returncode == 0, stderr
+    """The child's remaining JSON lines (it must exit 0). Read through the same buffered
+    stream as ``read_line`` (``communicate()`` would skip what that buffer holds)."""
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    proc.stdin.close()
+    stdout = proc.stdout.read()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=CHILD_TIMEOUT) == 0, stderr
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
