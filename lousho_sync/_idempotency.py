@@ -25,7 +25,6 @@ from typing import Any
 
 import attrs
 
-from ._loop import final_text
 from .errors import InvalidInputError
 from .messages import Message, Usage
 from .results import ExecutionResult
@@ -97,7 +96,8 @@ def find(
         count = int(end["count"])
         msgs = tuple(messages[max(0, i + 1 - count): i + 1])
         return ExecutionResult(
-            text=final_text(msgs), finish_reason=str(end["finish_reason"]), messages=msgs,
+            text=next((m.text for m in reversed(msgs) if m.role == "assistant"), ""),
+            finish_reason=str(end["finish_reason"]), messages=msgs,
             usage=Usage(**end["usage"]), steps=int(end["steps"]), run_id=str(end["run_id"]),
             exceeded=end.get("exceeded"), replayed=True,
         )

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from ._session_parts import AgentBase
-from ._writes import TurnWriter
 from .approvals import (
     EXPIRED_REASON,
     ApprovalPage,
@@ -30,13 +29,13 @@ from .errors import (
     ApprovalTurnMissingError,
     ConfigError,
 )
-from .events import RunEvent
+from .executor import TurnEnv, TurnWriter
 from .ids import check_storable_id, new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
 from .providers.base import Provider
-from .records import ApprovalRecord, Checkpoint, is_expired
+from .records import ApprovalRecord, Checkpoint, is_expired, parse_key
 from .results import ExecutionResult
 from .run import AgentRun
 from .session import Session, TurnPolicy
@@ -51,8 +50,8 @@ from .stores.base import (
 from .stores.bundle import AnyStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
-from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
-from .turns import drive, one_shot_key, parse_key, play, play_linked, resumed_turn
+from .turn_state import ApproveCallback, TurnConfig
+from .turns import one_shot, resume_one_shot
 
 __all__ = ["Agent", "Approvals", "create_agent"]
 
@@ -199,34 +198,21 @@ class Agent:
             validate_session_id(session_id)
         control = TurnControl()
         durable = session_id is not None and self.checkpoint_store is not None
-        key = one_shot_key(session_id, control.run_id)
-        state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
         if durable or approve is not None:
             store = self.checkpoint_store if durable else self._scratch
             env = TurnEnv(writer=TurnWriter(store, self.approval_store), approve=approve,
                           durable=durable)
         else:
             env = self._scratch_env  # the common case, built once
-        hint = f"the run was kept: finish it with agent.resume({session_id!r})"
-        cfg = self._base.config
-
-        def driver(emit: bool) -> Generator[RunEvent, None, ExecutionResult]:
-            gen = play(cfg, env, control, state, (), emit=emit, resume_hint=hint)
-            return gen if signal is None else play_linked(signal, control, gen)
-
+        driver = one_shot(self._base.config, msgs, env=env, control=control,
+                          session_id=session_id, signal=signal)
         return AgentRun(driver, control)
 
     def _resume_one_shot(
         self, store: CheckpointStore, key: str, signal: Signal | None = None
     ) -> ExecutionResult | None:
-        cp = store.load(key)
-        if cp is None:
-            return None
-        control, state = resumed_turn(cp)
-        env = TurnEnv(writer=TurnWriter(store, self.approval_store))
-        gen = play(self._base.config, env, control, state, (), emit=False, resumed=True)
-        result: ExecutionResult = drive(play_linked(signal, control, gen))
-        return result
+        return resume_one_shot(self._base.config, TurnWriter(store, self.approval_store), key,
+                               signal)
 
     # --- sessions ------------------------------------------------------------------------------
     def session(

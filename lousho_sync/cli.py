@@ -32,7 +32,7 @@ from ._cli_store import (
     shown,
     stored_session_ids,
 )
-from .turns import session_prefix
+from .records import session_prefix
 
 __all__ = [
     "EXIT_FAILURE",
@@ -492,7 +492,7 @@ def _as_line(m: Any) -> str:
 def _show(args: argparse.Namespace, store: Any, session: Any, out: TextIO) -> int:
     """The transcript, then the pending turn: its status and the messages it holds so far
     (its input, the model answers and tool results recorded before it stopped)."""
-    from .turns import session_key
+    from .records import session_key
 
     info = _session_info(session)
     pending_turn: list[Any] = []
