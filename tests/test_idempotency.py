@@ -219,3 +219,12 @@ def test_keys_hold_in_memory_with_no_store() -> None:
     assert s.send("hi", idempotency_key="k").replayed is True
     assert again.send("hi", idempotency_key="k").replayed is False
     assert first.replayed is False and prov.calls == 2 and len(s.messages) == 2
+
+
+def test_start_takes_the_key_and_a_retry_replays_the_detached_turn(tmp_path: Path) -> None:
+    prov = ScriptedProvider(default=echo)
+    s = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    first = s.start("hi", idempotency_key="k").result()
+    again = s.start("hi", idempotency_key="k").result()
+    assert first.replayed is False and again.replayed is True and _same(first, again)
+    assert prov.calls == 1 and texts(s.messages) == ["user:hi", "assistant:re: hi"]
