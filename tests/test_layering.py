@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
      "lousho_sync.providers._secret", "lousho_sync._tool_run", "lousho_sync.providers._conn"},
     {"lousho_sync.events", "lousho_sync.codec", "lousho_sync.limits", "lousho_sync.tools",
      "lousho_sync.stores.base", "lousho_sync.providers._builder",
-     "lousho_sync.stores._sqlite_driver"},
+     "lousho_sync.stores._sqlite_driver", "lousho_sync._idempotency"},
     {"lousho_sync._otel", "lousho_sync.compaction", "lousho_sync.providers._http",
      "lousho_sync.providers.scripted", "lousho_sync.stores._redis_scripts",
      "lousho_sync._lease_hold", "lousho_sync.stores._common", "lousho_sync.stores._sqlite_rows",
