@@ -80,6 +80,8 @@ from ..messages import Message, ToolCall
 from ..records import ApprovalRecord, Checkpoint, Fence
 from ..results import PruneResult
 from ._common import check_older_than
+from ._events import event_ops_of
+from ._sealed_events import SealedEventOps
 from .base import turn_committer
 
 __all__ = [
@@ -556,6 +558,16 @@ class EncryptedSessionStore(_Part):
         self._sealer = sealer
         self.fenced = getattr(inner, "fenced", False) is True
         self.combined = combined
+        self._events: SealedEventOps | None = None
+
+    def event_ops(self) -> SealedEventOps:
+        """The inner store's event log with every event encrypted like a message."""
+        if self._events is None:
+            sealer = self._sealer
+            self._events = SealedEventOps(
+                event_ops_of(self._inner), sealer.seal,
+                lambda token, aad, what: sealer.open(token, aad, what, None))
+        return self._events
 
     @property
     def inner(self) -> Any:

@@ -95,6 +95,7 @@ from ._common import (
     encrypted_refusal,
     validate_session_id,
 )
+from ._file_events import FileEventOps
 from ._lease import make_owner, poll_until
 from .base import ApprovalRecord, Checkpoint, Fence, StorageService, now, resolved
 
@@ -486,6 +487,12 @@ class FileSessionStore:
         self._lock_timeout_s = lock_timeout_s
         self._leases_lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
+        self._events = FileEventOps(self._path)
+
+    def event_ops(self) -> FileEventOps:
+        """The event log's primitives (``start()``/``attach()``): files under
+        ``<dir>/.events/``."""
+        return self._events
 
     def __repr__(self) -> str:
         return f"FileSessionStore({str(self._path)!r})"

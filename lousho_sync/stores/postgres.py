@@ -110,6 +110,7 @@ from ._common import (
 )
 from ._lease import owner_is_dead, poll_until
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
+from ._postgres_events import PostgresEventOps
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -260,6 +261,11 @@ class PostgresSessionStore:
     def __init__(self, db: Db, combined: PostgresStore) -> None:
         self._db = db
         self.combined = combined
+        self._events = PostgresEventOps(db)
+
+    def event_ops(self) -> PostgresEventOps:
+        """The event log's primitives (``start()``/``attach()``)."""
+        return self._events
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""

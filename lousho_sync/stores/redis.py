@@ -122,6 +122,7 @@ from ._common import (
 )
 from ._lease import owner_is_dead, poll_until
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms, op_token
+from ._redis_events import RedisEventOps
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -152,6 +153,11 @@ class RedisSessionStore:
         self._c = conn
         self._ttl_ms = 0 if ttl_s is None else ms(ttl_s)
         self.combined = combined
+        self._events = RedisEventOps(conn)
+
+    def event_ops(self) -> RedisEventOps:
+        """The event log's primitives (``start()``/``attach()``)."""
+        return self._events
 
     def _keys(self, id: str) -> builtins.list[str]:
         c = self._c
