@@ -28,7 +28,8 @@ position in the history; records of earlier releases, without it, are still read
 store is detected). A record changed, moved to another record or position, or written with
 a key not given raises :class:`~lousho_sync.errors.StoreDecryptError` naming the store and
 the record; never garbage. An approval a paused turn waits on but the inner store
-no longer lists as pending (its plain status changed) makes ``list_pending`` raise too. What cannot be detected: a record replaced by an older version
+no longer lists as pending (its plain status changed) makes ``list_pending`` raise too.
+What cannot be detected: a record replaced by an older version
 of itself (a rollback), or a transcript cut short at its end.
 
 The store is marked as written through EncryptedStore (the built-in stores' ``mark_encrypted``:
