@@ -9,7 +9,7 @@ from lousho_sync.events import ListenerEvent
 from lousho_sync.inputs import InputLike
 from lousho_sync.limits import Limits
 from lousho_sync.messages import Message
-from lousho_sync.results import ExecutionResult, PendingTurn
+from lousho_sync.results import ExecutionResult, PendingTurn, TurnInfo
 from lousho_sync.run import AgentRun
 from lousho_sync.session import Session, TurnPolicy
 from lousho_sync.signal import Signal
@@ -120,6 +120,39 @@ class AsyncSession:
         """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
         with _bridge.as_current_task():
             return AsyncAgentRun(self._session.stream(input, signal=signal))
+
+    async def start(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
+        """Start the turn detached (see ``Session.start``): it runs to its end in the pool
+        whether or not anyone reads it; ``async for`` reads its events live."""
+        run = await _bridge.call(self._session.start, input, signal=signal)
+        return AsyncAgentRun(run)
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> AsyncAgentRun:
+        """A read-only run of a detached turn's events with ``seq > after`` (see
+        ``Session.attach``); ``async for`` it."""
+        return AsyncAgentRun(self._session.attach(turn_id, after=after))
+
+    async def current_turn(self) -> TurnInfo | None:
+        """The session's unfinished detached turn (see ``Session.current_turn``)."""
+        return await _bridge.call(self._session.current_turn)
+
+    @property
+    def event_ttl_s(self) -> float:
+        """How long a detached turn's events are kept after its end (seconds)."""
+        return self._session.event_ttl_s
+
+    @event_ttl_s.setter
+    def event_ttl_s(self, value: float) -> None:
+        self._session.event_ttl_s = value
+
+    @property
+    def event_interval_s(self) -> float:
+        """At most one event-log write of text deltas per this many seconds of a turn."""
+        return self._session.event_interval_s
+
+    @event_interval_s.setter
+    def event_interval_s(self, value: float) -> None:
+        self._session.event_interval_s = value
 
     async def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""

@@ -10,7 +10,10 @@ Stores that support fencing also refuse, atomically, a write carrying an older t
 the newest acquisition (:class:`~lousho_sync.records.Fence`), which closes the window
 between that check and the write. One daemon thread renews every held lease of the
 process on time.
-Only the hold's owner releases it (directly, or by asking a commit to release it).
+Only the hold's owner releases it (directly, or by asking a commit to release it). A release
+that fails (the store is away) is retried in the background until it succeeds, the lease
+would have expired anyway, or the same owner acquires the session again: an alive, idle
+holder never keeps others waiting out the whole TTL once the store is back.
 """
 
 from __future__ import annotations
@@ -33,6 +36,62 @@ _log = logging.getLogger(__name__)
 
 LEASE_POLL_S = 0.25
 """How long one acquire attempt waits before the abort signal is looked at again."""
+
+RELEASE_RETRY_S = 1.0
+"""How often a failed release is tried again (at most; ``ttl_s / 3`` when shorter)."""
+
+
+class _ReleaseRetry:
+    """Retries a failed release on the heartbeat thread until it succeeds or the lease has
+    expired by itself. Thread-safe: ``lock`` is held across each attempt, so :meth:`stop`
+    returns only once no attempt is running (an acquisition by the same owner then cannot
+    be released by a late retry)."""
+
+    def __init__(self, store: Leased, session_id: str, owner: str, expires_at: float) -> None:
+        self.store, self.id, self.owner = store, session_id, owner
+        self.expires_at = expires_at
+        self.lock = threading.Lock()
+        self.done = False
+        self.cancel: Callable[[], None] | None = None
+
+    def __call__(self) -> None:
+        with self.lock:
+            if not self.done and time.monotonic() < self.expires_at:
+                try:
+                    self.store.release_lease(self.id, owner=self.owner)
+                except Exception:
+                    return  # the store is still away: the next beat tries again
+                _log.info("session %s: released its lease once the store was back", self.id)
+            self.done = True
+        self._forget()  # (also when stopped before the heartbeat knew it)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.done = True
+        self._forget()
+
+    def _forget(self) -> None:
+        if self.cancel is not None:
+            self.cancel()
+        with _retries_lock:
+            if _retries.get(self.key) is self:
+                del _retries[self.key]
+
+    @property
+    def key(self) -> tuple[int, str, str]:
+        return (id(self.store), self.id, self.owner)
+
+
+_retries: dict[tuple[int, str, str], _ReleaseRetry] = {}
+"""The release retries running, by (store, session id, owner)."""
+_retries_lock = threading.Lock()
+
+
+def _stop_release_retry(store: Leased, session_id: str, owner: str) -> None:
+    with _retries_lock:
+        retry = _retries.pop((id(store), session_id, owner), None)
+    if retry is not None:
+        retry.stop()
 
 
 class LeaseHold:
@@ -61,6 +120,7 @@ class LeaseHold:
         """Take the lease. ``wait=False``: one attempt, SessionBusyError when another owner
         holds it. ``wait=True``: poll until taken; False when ``signal`` aborts first."""
         store = self.store
+        _stop_release_retry(store, self.id, self.owner)  # never release what is taken now
         if not wait:
             got = store.acquire_lease(self.id, owner=self.owner, ttl_s=self.ttl_s, wait_s=0.0)
             if not got:
@@ -148,7 +208,20 @@ class LeaseHold:
             try:
                 self.store.release_lease(self.id, owner=self.owner)
             except Exception:
-                _log.warning("session %s: could not release its lease", self.id, exc_info=True)
+                _log.warning("session %s: could not release its lease; trying again until the "
+                             "store is back", self.id, exc_info=True)
+                self._retry_release()
+
+    def _retry_release(self) -> None:
+        with self._lock:
+            expires_at = self._last_ok + self.ttl_s
+        retry = _ReleaseRetry(self.store, self.id, self.owner, expires_at)
+        with _retries_lock:
+            old = _retries.get(retry.key)
+            _retries[retry.key] = retry
+        if old is not None:
+            old.stop()
+        retry.cancel = _HEARTBEAT.add(retry, min(RELEASE_RETRY_S, self.ttl_s / 3))
 
     def __enter__(self) -> LeaseHold:
         return self

@@ -1,4 +1,5 @@
-"""Results of a turn: :class:`ExecutionResult`, :class:`PendingTurn`, :class:`PruneResult`."""
+"""Results of a turn: :class:`ExecutionResult`, :class:`PendingTurn`, :class:`PruneResult`,
+:class:`TurnInfo`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import attrs
 
 from .messages import Message, Usage
 
-__all__ = ["ExecutionResult", "FinishReason", "PendingTurn", "PruneResult"]
+__all__ = ["ExecutionResult", "FinishReason", "PendingTurn", "PruneResult", "TurnInfo"]
 
 FinishReason = Literal["stop", "length", "aborted", "awaiting-approval", "limit", "error"]
 
@@ -51,3 +52,18 @@ class PruneResult:
     sessions: int = 0
     checkpoints: int = 0
     approvals: int = 0
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TurnInfo:
+    """A session's unfinished turn as its event log tells (``Session.current_turn()``):
+    ``status`` is ``"running"`` (its driver lives), ``"paused"`` (on an approval) or
+    ``"interrupted"`` (its driver died: an attached reader or the next ``send()`` finishes
+    it); ``started_at`` is a Unix time; ``last_seq`` the seq of its last event written (-1:
+    none yet); ``owner`` the driving process (``"<host>:<pid>:<uuid>"``)."""
+
+    turn_id: str
+    status: Literal["running", "paused", "interrupted"]
+    started_at: float
+    last_seq: int
+    owner: str

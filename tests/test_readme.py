@@ -106,6 +106,8 @@ EXPECTED: dict[str, list[str]] = {
               "invalid arguments for tool 'book': argument 'guest.seats': must be <= 8, got 9\n"
               "booked 2 seats for Ann on Friday\n"],
     "Streaming an answer over HTTP (server-sent events)": ["flask app ok"],
+    "Turns that outlive their connection": [
+        "The answer survives the client.\nrun.done None\nThe answer survives the client.\n"],
     "Session ids from user keys": ["ali-example-com-9d86ec2b59bb107bf110722c\n"
                                    "tenant-42-4b5d4625d71bf87fe91c295a\n"],
     "Turn policies": ["busy: HTTP 409\nslow\n"],

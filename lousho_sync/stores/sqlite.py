@@ -114,6 +114,7 @@ from ._common import (
 )
 from ._lease import owner_is_dead, poll_until
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
+from ._sqlite_events import SqliteEventOps
 from ._sqlite_rows import INFO_COLUMNS, decode_history, decode_info, decode_transcript, load_rows
 from .base import ApprovalRecord, Checkpoint
 
@@ -165,6 +166,11 @@ class SqliteSessionStore:
     def __init__(self, db: Db, combined: SqliteStore) -> None:
         self._db = db
         self.combined = combined
+        self._events = SqliteEventOps(db)
+
+    def event_ops(self) -> SqliteEventOps:
+        """The event log's primitives (``start()``/``attach()``): rows in this file."""
+        return self._events
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
