@@ -87,6 +87,11 @@ class AsyncSession:
         self._session.limits = value
 
     @property
+    def idempotency_ttl_s(self) -> float:
+        """How long a used ``idempotency_key`` starts no second turn (seconds)."""
+        return self._session.idempotency_ttl_s
+
+    @property
     def messages(self) -> tuple[Message, ...]:
         """A read-only snapshot of the transcript. The first access of a session never
         loaded reads the store in the calling thread: ``await load()`` first to avoid it."""
@@ -104,27 +109,39 @@ class AsyncSession:
         *,
         signal: Signal | None = None,
         approve: AsyncApproveCallback | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionResult:
         """One turn with the whole transcript. The turn joins the session's queue when
-        ``send()`` is called (with ``approve``: when its pool thread starts)."""
+        ``send()`` is called (with ``approve``: when its pool thread starts).
+        ``idempotency_key``: as for the sync ``Session.send``."""
         if approve is None:
             with _bridge.as_current_task():
-                run = self._session.stream(input, signal=signal)
+                run = self._session.stream(input, signal=signal,
+                                           idempotency_key=idempotency_key)
             return await drive(run)
         return await _bridge.call_aborting(
             self._session.send, input, signal=signal,
-            approve=_bridge.to_thread_callback(approve),
+            approve=_bridge.to_thread_callback(approve), idempotency_key=idempotency_key,
         )
 
-    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
-        """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
+    def stream(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncAgentRun:
+        """The same turn as an :class:`AsyncAgentRun`; it joins the queue now
+        (``idempotency_key``: as for the sync ``Session.stream``)."""
         with _bridge.as_current_task():
-            return AsyncAgentRun(self._session.stream(input, signal=signal))
+            return AsyncAgentRun(self._session.stream(input, signal=signal,
+                                                      idempotency_key=idempotency_key))
 
-    async def start(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
+    async def start(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncAgentRun:
         """Start the turn detached (see ``Session.start``): it runs to its end in the pool
         whether or not anyone reads it; ``async for`` reads its events live."""
-        run = await _bridge.call(self._session.start, input, signal=signal)
+        run = await _bridge.call(self._session.start, input, signal=signal,
+                                 idempotency_key=idempotency_key)
         return AsyncAgentRun(run)
 
     def attach(self, turn_id: str | None = None, *, after: int = -1) -> AsyncAgentRun:

@@ -44,6 +44,7 @@ from .events import (
     ToolResultEvent,
     UsageEvent,
 )
+from .ids import is_session_id
 from .stores._events import EventOps, TurnHead, TurnStatus, now
 
 __all__ = ["EventLog", "Publisher", "decode", "encode"]
@@ -177,7 +178,10 @@ class EventLog:
         return Publisher(self, head)
 
     def head(self, turn_id: str) -> TurnHead | None:
-        """The turn's head; None when absent or expired (then it is removed)."""
+        """The turn's head; None when absent, expired (then it is removed) or not a turn
+        id."""
+        if not is_session_id(turn_id):
+            return None
         head = self.ops.head(turn_id)
         if head is not None and self._expired(head):
             self.ops.drop(turn_id)

@@ -22,7 +22,9 @@ class ExecutionResult:
     over the turn; ``steps`` counts model calls; ``approval_id``/``approval_ids`` name the
     pending approvals when ``finish_reason == "awaiting-approval"``; ``exceeded`` names the
     limit when ``finish_reason == "limit"``; ``resumed`` is the result of a pending turn
-    that this call finished first (its events were not streamed), else None.
+    that this call finished first (its events were not streamed), else None. ``replayed``
+    is True when this call's ``idempotency_key`` had been used: no turn ran, and this is
+    the committed result of the turn that used it, read from the store.
     """
 
     text: str
@@ -35,6 +37,7 @@ class ExecutionResult:
     approval_ids: tuple[str, ...] = ()
     exceeded: str | None = None
     resumed: ExecutionResult | None = None
+    replayed: bool = False
 
 
 @attrs.frozen(slots=True)

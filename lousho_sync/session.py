@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal
 
+from . import _idempotency as idem
 from . import _session_ops as ops
 from ._detached import AttachedRun, StartedRun
 from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
@@ -73,6 +74,7 @@ class Session:
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
         opener: Callable[[str], Session] | None = None,
+        idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> None:
         if turn_policy not in _POLICIES:
             raise ConfigError(
@@ -91,6 +93,8 @@ class Session:
         self.event_interval_s: float = DEFAULT_INTERVAL_S
         """At most one event-log write of text deltas per this many seconds of a turn."""
         self._opener = opener
+        self.idempotency_ttl_s = idempotency_ttl_s
+        """How long a used ``idempotency_key`` starts no second turn (seconds)."""
 
     # --- plain members ---------------------------------------------------------------------
     @property
@@ -142,24 +146,45 @@ class Session:
         *,
         signal: Signal | None = None,
         approve: ApproveCallback | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionResult:
-        """One turn with the whole transcript; returns its result."""
-        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True)
+        """One turn with the whole transcript; returns its result.
+
+        With ``idempotency_key`` (a non-empty str of at most 200 characters), a second call
+        with the same key within ``idempotency_ttl_s`` (any process sharing the store) runs
+        no second turn: it waits for the running turn that used the key, then returns that
+        turn's committed result from the store (``result.replayed``). A turn that failed
+        without progress frees its key. A keyed call waits for a running turn under every
+        policy but ``"reject"``.
+        """
+        key = idem.check_key(idempotency_key)
+        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
 
-    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AgentRun:
-        """The same turn as an :class:`AgentRun`; it joins the queue now."""
-        driver, control, discard = self._start(to_messages(input), signal, None)
+    def stream(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
+        """The same turn as an :class:`AgentRun`; it joins the queue now
+        (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
+        key = idem.check_key(idempotency_key)
+        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
 
-    def start(self, input: InputLike, *, signal: Signal | None = None) -> AgentRun:
+    def start(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
         """Start the turn detached: under the turn policy it runs to its end in a background
         thread whether or not anyone reads it; its events go to the store's event log.
         Iterating the run reads them live (leaving the loop does not abort the turn);
-        ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it."""
+        ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it.
+        ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
+        key = idem.check_key(idempotency_key)
         log = self._event_log()
-        driver, control, discard = self._start(to_messages(input), signal, None, driven=True)
+        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+                                               key=key)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
         return StartedRun(inner, log, publisher)
@@ -224,14 +249,19 @@ class Session:
         approve: ApproveCallback | None,
         *,
         driven: bool = False,
+        key: str | None = None,
     ) -> tuple[DriverFactory, TurnControl, Callable[[], None] | None]:
         """The turn policy's decision on ``msgs``: a driver that joins the running turn,
         or a new :class:`SessionTurn` queued now (``driven``: by this caller, at once)."""
         st = self._state
         control = TurnControl()
+        if key is not None:
+            msgs = idem.claim(msgs, key)
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
+            if key is not None and policy != "reject":
+                policy = "wait"  # a keyed call never joins nor drops another turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -260,7 +290,8 @@ class Session:
         approve: ApproveCallback | None,
     ) -> SessionTurn:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
-                           limits=self.limits, wait_for_lease=self.turn_policy != "reject")
+                           limits=self.limits, wait_for_lease=self.turn_policy != "reject",
+                           idempotency_ttl_s=self.idempotency_ttl_s)
 
     def _join_driver(
         self,

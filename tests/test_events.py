@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CHILD_TIMEOUT, read_line, wait
+from conftest import CHILD_TIMEOUT, STORE_KINDS, read_line, wait
 from crash_child import make_store
 from events_child import GatedProvider
 
@@ -33,7 +33,7 @@ from lousho_sync._eventlog import EventLog
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
 
 HERE = Path(__file__).resolve().parent
-CROSS_PROCESS_KINDS = ["sqlite"]
+CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
 ANSWER = "The quick brown fox jumps over the lazy dog, again and again, until the end."
 
 
@@ -121,6 +121,8 @@ def test_attach_unknown_or_expired_turn_raises_turn_not_found() -> None:
     assert info.value.code == "LOUSHO_TURN_NOT_FOUND"
     with pytest.raises(TurnNotFoundError, match="nope"):
         session.attach("nope")
+    with pytest.raises(TurnNotFoundError):
+        session.attach("../../etc/passwd")
     with pytest.raises(InvalidInputError, match="after"):
         session.attach(after=-2)
     run = session.start("hi")
@@ -250,3 +252,20 @@ def test_current_turn_from_another_process_and_the_driver_process(
     gate.set()
     run.result(timeout=CHILD_TIMEOUT)
     assert other.current_turn() is None
+
+
+def test_an_encrypted_stores_events_are_encrypted_at_rest(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = make_store("encrypted-sqlite", tmp_path)
+    agent = create_agent(provider=ScriptedProvider([Step(chunks=["secret ", "plans"])]),
+                         store=store)
+    session = agent.session(id="s1")
+    run = session.start("tell me")
+    assert "".join(e.text for e in run if e.type == "text.delta") == "secret plans"
+    assert [e.type for e in session.attach(run.turn_id, after=-1)][-1] == "run.done"
+    raw = sqlite3.connect(tmp_path / "agent.db")
+    rows = raw.execute("SELECT data FROM lousho_events").fetchall()
+    raw.close()
+    assert rows
+    assert not any("secret" in r[0] or "tell me" in r[0] for r in rows)
