@@ -5,14 +5,16 @@
 
 ``attach`` prints ``READY`` once attached, then one JSON line per event
 (``{"type", "seq", "text"}``) and ``{"end": ..., "result": ...}``; with ``LEAVE_AT`` it
-leaves its loop after that seq and attaches again with it. ``drive`` starts a turn
-streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then each event it reads, and
-holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there).
+leaves its loop after that seq and attaches again with it; with ``LOUSHO_TEST_ANSWER`` (and
+``LOUSHO_TEST_CHUNKS``) its model streams that answer when it takes the turn over. ``drive``
+starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then each event
+it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -86,8 +88,10 @@ def main() -> None:
     if mode == "attach":
         turn, after = args[0], int(args[1])
         leave_at = int(args[2]) if len(args) > 2 else None
-        session = create_agent(provider=ScriptedProvider(default="unused"),
-                               store=store).session(id=sid)
+        answer = os.environ.get("LOUSHO_TEST_ANSWER")  # the model of a takeover
+        provider: Any = (GatedProvider(answer, int(os.environ["LOUSHO_TEST_CHUNKS"]), -1)
+                         if answer else ScriptedProvider(default="unused"))
+        session = create_agent(provider=provider, store=store).session(id=sid)
         run = session.attach(turn, after=after)
         _out("READY")
         last = after
