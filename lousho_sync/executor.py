@@ -596,7 +596,7 @@ class Turn:
             self.save("running")
             context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
             with self._hooks.tool_call(call) as span:  # tracing (issue 18)
-                text, is_error = run_tool(tool, call, context=context)
+                text, is_error = run_tool(tool, call, context=context, here=not ctl.reachable)
                 span.tool_result(is_error, text)
             if ctl.signal.aborted:
                 raise TurnAborted
