@@ -44,7 +44,8 @@ class Child:
     def __init__(self, *args: str, **env: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "events_child.py"), *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if args[0] == "serve" else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent), **env},
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -67,6 +68,20 @@ class Child:
         if self.proc.poll() is None:
             return ""
         return self.proc.stderr.read()
+
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Close its stdin (a serving child then ends) and reap it."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
     def kill(self) -> None:
         self.proc.kill()
