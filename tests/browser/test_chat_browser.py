@@ -8,7 +8,9 @@ file, the model answering a word every ``PACE_S`` seconds.
 2. the page is reloaded mid-turn: it re-attaches and shows the whole answer;
 3. two tabs on one session show the same live answer;
 4. under gunicorn with 4 workers (SQLite, PostgreSQL), a turn started by one worker's POST
-   is streamed to the page by another worker (the access log names each request's worker).
+   is streamed to the page by another worker (the access log names each request's worker);
+5. the gunicorn worker that runs the turn is SIGKILLed mid-answer: another worker takes the
+   turn over, the page shows a ``step.reset`` and still ends with the committed answer, once.
 
 Skipped with the reason, or failing under CI, as tests/browser/test_inbox_browser.py is; a
 failing test saves each browser's screenshot, page and console log there.
@@ -271,7 +273,8 @@ class Gunicorn:
     def served(self, method: str, path_start: str) -> list[str]:
         """The worker pids that served ``method`` requests whose path starts so, in order."""
         with self._changed:
-            return [line.split()[1] for line in self.lines if line.startswith("served ")
+            return [line.split()[1].strip("<>") for line in self.lines
+                    if line.startswith("served ")
                     and line.split()[2] == method and line.split()[3].startswith(path_start)]
 
     def stop(self) -> None:
@@ -311,5 +314,41 @@ def test_under_gunicorn_another_worker_streams_the_turn(
             if crossed:
                 break
         assert crossed, "every turn was streamed by the worker that started it"
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_worker_running_the_turn_is_killed_and_the_page_still_ends_whole(
+    kind: str, browsers: Browsers, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOUSHO_EXAMPLE_PACE_S": "0.1"}
+    env.pop("LOUSHO_MODEL", None)
+    env.pop("LOUSHO_POSTGRES_URL", None)
+    if kind == "postgres":
+        env["LOUSHO_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
+        env["LOUSHO_POSTGRES_SCHEMA"] = request.getfixturevalue("postgres_schema")
+    else:
+        env["LOUSHO_DB"] = str(tmp_path / "chat.db")
+    server = Gunicorn(tmp_path, env)
+    try:
+        driver = browsers.open()
+        open_chat(driver, server.port, "eve")
+        send(driver, QUESTION)
+        wait_for(driver, lambda d: "word5" in answer_shown(d), "a part of the answer")
+        server.wait_for(lambda: bool(server.served("POST", "/chat/eve")), "the POST's line")
+        runner = int(server.served("POST", "/chat/eve")[-1])  # it drives the turn
+        os.kill(runner, signal.SIGKILL)  # mid-answer
+        wait_done(driver)
+        resets = driver.execute_script("return document.body.dataset.resets")
+        assert resets is not None and int(resets) >= 1, "no step.reset reached the page"
+        answer = committed(server.port, "eve")[-1]
+        assert (answer["role"], answer["text"]) == ("assistant",
+                                                    f"Message 1 received: {QUESTION}")
+        assert assistant_texts(driver) == [answer["text"]]
+        body = driver.execute_script("return document.body.textContent")
+        assert body.count(answer["text"]) == 1
     finally:
         server.stop()
