@@ -108,6 +108,7 @@ from ._common import (
     resolved_at,
     validate_session_id,
 )
+from ._events import prune_events
 from ._lease import owner_is_dead, poll_until
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
 from ._postgres_events import PostgresEventOps
@@ -917,6 +918,7 @@ class PostgresStore(LeaseForwarding, Closing):
         checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         db = self._db
 

@@ -120,6 +120,7 @@ from ._common import (
     resolved_at,
     validate_session_id,
 )
+from ._events import prune_events
 from ._lease import owner_is_dead, poll_until
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms, op_token
 from ._redis_events import RedisEventOps
@@ -800,6 +801,7 @@ class RedisStore(LeaseForwarding, Closing):
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
         session written meanwhile is kept."""
         check_older_than(older_than_s)
+        prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         c = self._c
