@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from ._session_parts import AgentBase
-from ._writes import TurnWriter
 from .approvals import (
     EXPIRED_REASON,
     ApprovalPage,
@@ -30,13 +29,13 @@ from .errors import (
     ApprovalTurnMissingError,
     ConfigError,
 )
-from .events import RunEvent
+from .executor import TurnEnv, TurnWriter
 from .ids import check_storable_id, new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
 from .providers.base import Provider
-from .records import ApprovalRecord, Checkpoint, is_expired
+from .records import ApprovalRecord, Checkpoint, is_expired, parse_key
 from .results import ExecutionResult
 from .run import AgentRun
 from .session import Session, TurnPolicy
@@ -51,8 +50,8 @@ from .stores.base import (
 from .stores.bundle import AnyStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
-from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
-from .turns import drive, one_shot_key, parse_key, play, play_linked, resumed_turn
+from .turn_state import ApproveCallback, TurnConfig
+from .turns import one_shot, resume_one_shot
 
 __all__ = ["Agent", "Approvals", "create_agent"]
 
@@ -180,7 +179,9 @@ class Agent:
     ) -> ExecutionResult:
         """A single turn from an empty history. ``session_id`` makes it durable (checkpointed
         under that id, finished by ``agent.resume(id)`` after a crash)."""
-        return self._one_shot(to_messages(input), signal, session_id, approve).result()
+        # the run is driven here and never handed out: only ``signal`` could abort it
+        return self._one_shot(to_messages(input), signal, session_id, approve,
+                              reachable=signal is not None).result()
 
     def stream(
         self, input: InputLike, *, signal: Signal | None = None, session_id: str | None = None
@@ -194,39 +195,29 @@ class Agent:
         signal: Signal | None,
         session_id: str | None,
         approve: ApproveCallback | None,
+        *,
+        reachable: bool = True,
     ) -> AgentRun:
         if session_id is not None:
             validate_session_id(session_id)
         control = TurnControl()
+        control.reachable = reachable
         durable = session_id is not None and self.checkpoint_store is not None
-        key = one_shot_key(session_id, control.run_id)
-        state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
         if durable or approve is not None:
             store = self.checkpoint_store if durable else self._scratch
             env = TurnEnv(writer=TurnWriter(store, self.approval_store), approve=approve,
                           durable=durable)
         else:
             env = self._scratch_env  # the common case, built once
-        hint = f"the run was kept: finish it with agent.resume({session_id!r})"
-        cfg = self._base.config
-
-        def driver(emit: bool) -> Generator[RunEvent, None, ExecutionResult]:
-            gen = play(cfg, env, control, state, (), emit=emit, resume_hint=hint)
-            return gen if signal is None else play_linked(signal, control, gen)
-
+        driver = one_shot(self._base.config, msgs, env=env, control=control,
+                          session_id=session_id, signal=signal)
         return AgentRun(driver, control)
 
     def _resume_one_shot(
         self, store: CheckpointStore, key: str, signal: Signal | None = None
     ) -> ExecutionResult | None:
-        cp = store.load(key)
-        if cp is None:
-            return None
-        control, state = resumed_turn(cp)
-        env = TurnEnv(writer=TurnWriter(store, self.approval_store))
-        gen = play(self._base.config, env, control, state, (), emit=False, resumed=True)
-        result: ExecutionResult = drive(play_linked(signal, control, gen))
-        return result
+        return resume_one_shot(self._base.config, TurnWriter(store, self.approval_store), key,
+                               signal)
 
     # --- sessions ------------------------------------------------------------------------------
     def session(
@@ -238,10 +229,12 @@ class Agent:
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
         lease_ttl_s: float | None = None,
+        idempotency_ttl_s: float | None = None,
     ) -> Session:
         """A multi-turn session (a new UUID id unless given). A session-level ``store`` (a
         SessionStore, or an object with sessions/checkpoints) and ``checkpoint_store`` win
-        over the agent's, part by part."""
+        over the agent's, part by part. ``idempotency_ttl_s`` (default 24 h): how long a
+        used ``idempotency_key`` starts no second turn."""
         sid = new_session_id() if id is None else validate_session_id(id)
         s_sessions, s_checkpoints, s_approvals = _parts(store)
         sessions = s_sessions or self._session_store or self._memory
@@ -249,6 +242,13 @@ class Agent:
         kwargs: dict[str, Any] = {}
         if lease_ttl_s is not None:
             kwargs["lease_ttl_s"] = lease_ttl_s
+        if idempotency_ttl_s is not None:
+            if not idempotency_ttl_s > 0:
+                raise ConfigError(
+                    f"idempotency_ttl_s must be a positive number of seconds; "
+                    f"got {idempotency_ttl_s!r}"
+                )
+            kwargs["idempotency_ttl_s"] = idempotency_ttl_s
         session = Session(
             self._base,
             sid,
@@ -261,7 +261,8 @@ class Agent:
             turn_policy=turn_policy,
             limits=limits,
             opener=lambda nid: self.session(nid, store=store, checkpoint_store=checkpoint_store,
-                                            lease_ttl_s=lease_ttl_s),
+                                            lease_ttl_s=lease_ttl_s,
+                                            idempotency_ttl_s=idempotency_ttl_s),
             **kwargs,
         )
         with self._lock:

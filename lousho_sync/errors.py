@@ -48,6 +48,7 @@ __all__ = [
     "ApprovalTurnMissingError",
     "ConfigError",
     "InvalidInputError",
+    "InvalidEventIdError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
@@ -70,6 +71,7 @@ __all__ = [
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
+    "TurnNotFoundError",
 ]
 
 
@@ -121,6 +123,17 @@ class InvalidSessionIdError(LoushoError, ValueError):
     def __init__(self, message: str, *, session_id: object = None) -> None:
         super().__init__(message)
         self.session_id = session_id
+
+
+class InvalidEventIdError(InvalidInputError):
+    """A ``Last-Event-ID`` is not ``<turn_id>:<seq>`` or names another turn (a web view
+    answers it with HTTP 400)."""
+
+    code = "LOUSHO_INVALID_EVENT_ID"
+
+    def __init__(self, message: str, *, event_id: object = None) -> None:
+        super().__init__(message)
+        self.event_id = event_id
 
 
 class InvalidMetadataError(LoushoError, ValueError):
@@ -384,6 +397,19 @@ class ApprovalNotFoundError(LoushoError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class TurnNotFoundError(LoushoError, LookupError):
+    """``attach()`` named a turn whose events are gone (kept ``event_ttl_s`` after its end)
+    or never existed."""
+
+    code = "LOUSHO_TURN_NOT_FOUND"
+
+    def __init__(self, message: str, *, turn_id: str | None = None,
+                 session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+        self.session_id = session_id
 
 
 class LoushoWarning(UserWarning):

@@ -46,9 +46,8 @@ from .errors import (
 from .ids import validate_session_id
 from .messages import Message
 from .providers.scripted import ScriptedProvider
-from .records import ApprovalRecord
+from .records import ApprovalRecord, session_key
 from .stores.base import supports_catalog
-from .turns import session_key
 
 __all__ = ["COOKIE", "TOKEN_ENV", "InboxApp", "inbox_app", "make_inbox_server", "new_token"]
 

@@ -14,34 +14,36 @@ import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal
 
-import attrs
-
+from . import _idempotency as idem
 from . import _session_ops as ops
-from ._lease_hold import LeaseHold
-from ._persistence import commit_turn
+from ._detached import AttachedRun, StartedRun, take_over
+from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
 from ._session_parts import AgentBase, SessionParts
-from ._session_state import Ticket, Turn, awaiting_error, state_for
+from ._session_state import Ticket, Turn, state_for
 from .compaction import check_keep_last
 from .control import TurnControl
 from .errors import (
     ApprovalAlreadyResolvedError,
     ConfigError,
-    LoushoError,
-    SessionAwaitingApprovalError,
+    InvalidInputError,
     SessionBusyError,
     SessionExistsError,
+    TurnNotFoundError,
 )
-from .events import ContextCleared, ListenerEvent, RunEvent
+from .events import ContextCleared, ListenerEvent, RunEvent, RunStart
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits
 from .messages import Message, Usage
-from .results import ExecutionResult, PendingTurn
-from .run import AgentRun
-from .signal import Signal, link
+from .records import session_prefix
+from .results import ExecutionResult, PendingTurn, TurnInfo
+from .run import AgentRun, DriverFactory
+from .signal import Signal
+from .stores._events import TurnHead, event_ops_of
+from .stores._lease import owner_is_dead
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
-from .turn_state import ApproveCallback, TurnState
-from .turns import drive, play, resumed_turn, session_key, session_prefix
+from .turn_state import ApproveCallback
+from .turns import SessionTurn, drive
 
 __all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
 
@@ -50,15 +52,6 @@ _log = logging.getLogger(__name__)
 TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
-_RESUME_HINT = (
-    "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
-    "with session.discard_pending()"
-)
-
-_NOT_SENT = (
-    "this error is about the session's pending turn, which this call was finishing first; "
-    "this call's own input was not started and not stored: send it again"
-)
 
 
 class Session:
@@ -81,6 +74,7 @@ class Session:
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
         opener: Callable[[str], Session] | None = None,
+        idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> None:
         if turn_policy not in _POLICIES:
             raise ConfigError(
@@ -94,7 +88,13 @@ class Session:
         )
         self.turn_policy: TurnPolicy = turn_policy
         self.limits = limits
+        self.event_ttl_s: float = DEFAULT_TTL_S
+        """How long a detached turn's events are kept after its end (seconds)."""
+        self.event_interval_s: float = DEFAULT_INTERVAL_S
+        """At most one event-log write of text deltas per this many seconds of a turn."""
         self._opener = opener
+        self.idempotency_ttl_s = idempotency_ttl_s
+        """How long a used ``idempotency_key`` starts no second turn (seconds)."""
 
     # --- plain members ---------------------------------------------------------------------
     @property
@@ -146,13 +146,131 @@ class Session:
         *,
         signal: Signal | None = None,
         approve: ApproveCallback | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionResult:
-        """One turn with the whole transcript; returns its result."""
-        return self._start(to_messages(input), signal, approve).result()
+        """One turn with the whole transcript; returns its result.
 
-    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AgentRun:
-        """The same turn as an :class:`AgentRun`; it joins the queue now."""
-        return self._start(to_messages(input), signal, None)
+        With ``idempotency_key`` (a non-empty str of at most 200 characters), a second call
+        with the same key within ``idempotency_ttl_s`` (any process sharing the store) runs
+        no second turn: it waits for the running turn that used the key, then returns that
+        turn's committed result from the store (``result.replayed``). A turn that failed
+        without progress frees its key. A keyed call waits for a running turn under every
+        policy but ``"reject"``.
+        """
+        key = idem.check_key(idempotency_key)
+        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
+        result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
+        return result
+
+    def stream(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
+        """The same turn as an :class:`AgentRun`; it joins the queue now
+        (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
+        key = idem.check_key(idempotency_key)
+        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
+        return AgentRun(driver, control, on_discard=discard)
+
+    def start(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
+        """Start the turn detached: under the turn policy it runs to its end in a background
+        thread whether or not anyone reads it; its events go to the store's event log.
+        Iterating the run reads them live (leaving the loop does not abort the turn);
+        ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it.
+        ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
+        key = idem.check_key(idempotency_key)
+        log = self._event_log()
+        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+                                               key=key)
+        inner = AgentRun(driver, control, on_discard=discard)
+        publisher = log.begin(inner.run_id, self._id, self._state.owner)
+        return StartedRun(inner, log, publisher)
+
+    def attach(
+        self, turn_id: str | None = None, *, after: int = -1, takeover: bool = True
+    ) -> AgentRun:
+        """A read-only run of a detached turn's events with ``seq > after``, in order, live
+        until the turn ends (``run.done``) or pauses (``approval.requested``), from any
+        process that shares the store. ``turn_id`` None: the session's latest turn.
+        TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
+        or never existed. ``takeover``: when the turn's driving process dies, this process
+        resumes the turn from its checkpoint and drives it (its events go on, after a
+        ``step.reset``)."""
+        if turn_id is not None and not isinstance(turn_id, str):
+            raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
+        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+            raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
+        log = self._event_log()
+        head = log.latest(self._id) if turn_id is None else log.head(turn_id)
+        if head is None or head.session_id != self._id:
+            what = "has no turn" if turn_id is None else f"has no turn {turn_id!r}"
+            raise TurnNotFoundError(
+                f"session {self._id!r} {what} in the event log (it never existed, or it "
+                f"ended more than event_ttl_s={self.event_ttl_s:g} s ago)",
+                turn_id=turn_id, session_id=self._id,
+            )
+        return AttachedRun(log, head.turn_id, after,
+                           idle=self._take_over_if_dead if takeover else None)
+
+    def _take_over_if_dead(self, head: TurnHead) -> bool:
+        if head.status == "running" and owner_is_dead(head.owner):
+            take_over(head, self._event_log(), self._state.owner, self._resume_driver,
+                      self._committed)
+        return False  # the reader reads on: the events come through the log
+
+    def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
+        control = TurnControl()
+        control.close()
+        ticket = self._state.enqueue(control)
+        run: Generator[RunEvent, None, ExecutionResult | None] = SessionTurn(
+            self._p, ticket, None, limits=self.limits, emit_pending=True).run(True)
+        return run
+
+    def _committed(self, head: TurnHead) -> ExecutionResult | None:
+        """The result of the turn of ``head`` if the transcript ends with it (its driver
+        died after the commit, before its last events were written), else None."""
+        first = next(iter(self._event_log().follow(head.turn_id, -1, idle=lambda h: True)),
+                     None)
+        if not isinstance(first, RunStart) or not first.input:
+            return None
+        messages = self.load()
+        n = len(first.input)
+        starts = [i for i in range(len(messages) - n, -1, -1)
+                  if tuple(m.content for m in messages[i:i + n])
+                  == tuple(m.content for m in first.input)]
+        if not starts:
+            return None
+        tail = messages[starts[0]:]
+        if any(m.role == "user" for m in tail[n:]):
+            return None
+        text = tail[-1].text if tail and tail[-1].role == "assistant" else ""
+        return ExecutionResult(text=text, finish_reason="stop", messages=tuple(tail),
+                               usage=Usage(), steps=sum(1 for m in tail if m.role == "assistant"),
+                               run_id=head.turn_id)
+
+    def current_turn(self) -> TurnInfo | None:
+        """The session's detached turn that has not finished (running, paused on an
+        approval, or interrupted: its driver died), from the event log; None when there is
+        none."""
+        head = self._event_log().latest(self._id)
+        if head is None or head.status == "done":
+            return None
+        if head.status == "paused":
+            pending = self.pending()
+            if pending is None or pending.status != "awaiting-approval":
+                return None
+            status: Literal["running", "paused", "interrupted"] = "paused"
+        else:
+            status = "interrupted" if owner_is_dead(head.owner) else "running"
+        return TurnInfo(turn_id=head.turn_id, status=status, started_at=head.started_at,
+                        last_seq=head.last_seq, owner=head.owner)
+
+    def _event_log(self) -> EventLog:
+        return EventLog(event_ops_of(self._p.sessions), interval_s=self.event_interval_s,
+                        ttl_s=self.event_ttl_s)
 
     def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""
@@ -160,18 +278,31 @@ class Session:
         control.close()
         ticket = self._state.enqueue(control)
         result: ExecutionResult | None = drive(
-            self._turn_driver(ticket, None, signal, None, emit=False)
+            SessionTurn(self._p, ticket, None, signal=signal, limits=self.limits,
+                        wait_for_lease=self.turn_policy != "reject").run(False)
         )
         return result
 
     def _start(
-        self, msgs: tuple[Message, ...], signal: Signal | None, approve: ApproveCallback | None
-    ) -> AgentRun:
+        self,
+        msgs: tuple[Message, ...],
+        signal: Signal | None,
+        approve: ApproveCallback | None,
+        *,
+        driven: bool = False,
+        key: str | None = None,
+    ) -> tuple[DriverFactory, TurnControl, Callable[[], None] | None]:
+        """The turn policy's decision on ``msgs``: a driver that joins the running turn,
+        or a new :class:`SessionTurn` queued now (``driven``: by this caller, at once)."""
         st = self._state
         control = TurnControl()
+        if key is not None:
+            msgs = idem.claim(msgs, key)
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
+            if key is not None and policy != "reject":
+                policy = "wait"  # a keyed call never joins nor drops another turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -182,20 +313,26 @@ class Session:
                 token = object()
                 if current.control.offer(msgs, steer=policy == "steer", token=token):
                     seq = next(st.seq)
-                    return AgentRun(
+                    return (
                         lambda emit: self._join_driver(current, token, seq, msgs, signal,
                                                        approve, control, emit),
-                        control,
+                        control, None,
                     )
             if policy == "rollback" and current is not None and current.control:
                 current.control.abort("rollback")
-            ticket = Ticket(next(st.seq), Turn(control))
+            # a ticket driven at once is never an unread stream ahead of its caller
+            ticket = (Ticket(next(st.seq), Turn(control), caller=None, started=True) if driven
+                      else Ticket(next(st.seq), Turn(control)))
             st.waiting.append(ticket)
-        return AgentRun(
-            lambda emit: self._turn_driver(ticket, msgs, signal, approve, emit=emit),
-            control,
-            on_discard=lambda: st.cancel(ticket),
-        )
+        return self._turn(ticket, msgs, signal, approve).run, control, lambda: st.cancel(ticket)
+
+    def _turn(
+        self, ticket: Ticket, msgs: tuple[Message, ...], signal: Signal | None,
+        approve: ApproveCallback | None,
+    ) -> SessionTurn:
+        return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
+                           limits=self.limits, wait_for_lease=self.turn_policy != "reject",
+                           idempotency_ttl_s=self.idempotency_ttl_s)
 
     def _join_driver(
         self,
@@ -216,141 +353,8 @@ class Session:
             assert turn.result is not None
             return turn.result
         ticket = self._state.enqueue(control, seq=seq)
-        result: ExecutionResult = yield from self._turn_driver(ticket, msgs, signal, approve,
-                                                               emit=emit)
+        result: ExecutionResult = yield from self._turn(ticket, msgs, signal, approve).run(emit)
         return result
-
-    def _turn_driver(
-        self,
-        ticket: Ticket,
-        msgs: tuple[Message, ...] | None,
-        signal: Signal | None,
-        approve: ApproveCallback | None,
-        *,
-        emit: bool,
-    ) -> Generator[RunEvent, None, Any]:
-        """Wait for the slot, take the lease, finish a pending turn, then run ``msgs`` (the
-        lease is held from the first write to the last commit)."""
-        st = self._state
-        turn = ticket.turn
-        control = turn.control
-        assert control is not None
-        unlink = link(signal, control.abort)
-        result: ExecutionResult | None
-        try:
-            if not st.wait_for_slot(ticket, control.signal):
-                result = _aborted(control)
-            else:
-                hold = st.hold(self._p.lease_ttl_s)
-                try:
-                    if hold is not None and not hold.acquire(
-                        wait=self.turn_policy != "reject", signal=control.signal
-                    ):
-                        result = _aborted(control)
-                    else:
-                        st.sync()
-                        try:
-                            resumed = self._finish_pending(control, hold, last=msgs is None)
-                        except LoushoError as exc:
-                            _about_pending(exc, own_input=msgs is not None)
-                            raise
-                        if msgs is None:
-                            result = resumed
-                        else:
-                            try:
-                                self._p.maybe_compact(msgs, control.signal, hold, self.limits)
-                                result = yield from self._new_turn(control, msgs, approve,
-                                                                   hold, emit)
-                            except LoushoError as exc:
-                                exc.turn, exc.resumed = "own", resumed
-                                raise
-                            if resumed is not None:
-                                result = attrs.evolve(result, resumed=resumed)
-                finally:
-                    if hold is not None:
-                        hold.release()
-            turn.result = result
-            return result
-        except BaseException as exc:
-            if isinstance(exc, LoushoError):
-                if exc.pending is None:
-                    exc.pending = isinstance(exc, SessionAwaitingApprovalError)
-                if exc.turn is None:
-                    exc.turn = "own" if msgs is not None else "resumed"
-            turn.error = exc
-            raise
-        finally:
-            unlink()
-            control.close()
-            st.release_slot(turn)
-
-    def _play(
-        self,
-        control: TurnControl,
-        state: TurnState,
-        approve: ApproveCallback | None,
-        hold: LeaseHold | None,
-        *,
-        emit: bool,
-        resumed: bool,
-        last: bool,
-    ) -> Generator[RunEvent, None, ExecutionResult]:
-        st = self._state
-        assert state.key is not None
-        writer = self._p.writer(hold)
-        committer = self._p.committer if writer.checkpoints is self._p.checkpoints else None
-
-        def commit(_: TurnState, result: ExecutionResult) -> None:
-            commit_turn(st, result.messages, writer=writer, key=state.key,
-                        committer=committer, hold=hold, release=last)
-
-        result: ExecutionResult = yield from play(
-            self._p.base.config, self._p.env(writer, approve, self.limits), control, state,
-            st.messages,
-            emit=emit, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT,
-        )
-        paused = result.finish_reason == "awaiting-approval"
-        if paused:
-            with st.lock:
-                st.awaiting = result.approval_id
-        return result
-
-    def _new_turn(
-        self,
-        control: TurnControl,
-        msgs: tuple[Message, ...],
-        approve: ApproveCallback | None,
-        hold: LeaseHold | None,
-        emit: bool,
-    ) -> Generator[RunEvent, None, ExecutionResult]:
-        n = len(self._state.messages)
-        state = TurnState(run_id=control.run_id, key=session_key(self._id, n),
-                          session_id=self._id, turn_index=n, input=msgs)
-        result: ExecutionResult = yield from self._play(control, state, approve, hold,
-                                                        emit=emit, resumed=False, last=True)
-        return result
-
-    def _finish_pending(
-        self, control: TurnControl, hold: LeaseHold | None, *, last: bool
-    ) -> ExecutionResult | None:
-        cp = self._p.pending_checkpoint()
-        if cp is None:
-            return None
-        if cp.status == "awaiting-approval":
-            pending = self._p.still_pending(cp)
-            if pending:
-                with self._state.lock:
-                    self._state.awaiting = pending[0]
-                raise awaiting_error(self._id, pending[0])
-        inner, state = resumed_turn(cp)
-        unlink = link(control.signal, inner.abort)
-        try:
-            result: ExecutionResult = drive(
-                self._play(inner, state, None, hold, emit=False, resumed=True, last=last)
-            )
-            return result
-        finally:
-            unlink()
 
     # --- transcript -----------------------------------------------------------------------------
     def load(self) -> tuple[Message, ...]:
@@ -371,11 +375,9 @@ class Session:
         cp = self._p.pending_checkpoint()
         if cp is None:
             return None
-        if cp.status == "awaiting-approval":
-            pending = self._p.still_pending(cp)
-            if pending:
-                return PendingTurn("awaiting-approval", pending[0])
-        return PendingTurn("interrupted")
+        pending = self._p.still_pending(cp) if cp.status == "awaiting-approval" else []
+        return PendingTurn("awaiting-approval", pending[0]) if pending else PendingTurn(
+            "interrupted")
 
     def discard_pending(self) -> None:
         """Drop the unfinished turn (and deny its open approvals) without running it."""
@@ -400,10 +402,7 @@ class Session:
         """
         with self._p.exclusive("clear()") as hold:
             cp = self._p.pending_checkpoint(drop_unreadable=True, hold=hold)
-            if cp is not None and cp.status == "awaiting-approval":
-                pending = self._p.still_pending(cp)
-                if pending:
-                    raise awaiting_error(self._id, pending[0], "clear()")
+            self._p.refuse_if_awaiting(cp, "clear()")
             self._p.save_transcript([], hold)
             if not keep_metadata and ops.metadata(self._p):
                 ops.set_metadata(self._p, {})
@@ -490,16 +489,7 @@ class Session:
         """
         check_keep_last(keep_last)
         with self._p.exclusive("compact()") as hold:
-            cp = self._p.pending_checkpoint()
-            if cp is not None:
-                pending = self._p.still_pending(cp) if cp.status == "awaiting-approval" else []
-                if pending:
-                    raise awaiting_error(self._id, pending[0], "compact()")
-                raise SessionBusyError(
-                    f"session {self._id!r} has an unfinished turn; resume() or "
-                    "discard_pending() it before compact()",
-                    session_id=self._id,
-                )
+            self._p.refuse_if_pending("compact()")
             return self._p.compact_held(keep_last, instructions, signal, hold, self.limits)
 
     def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
@@ -509,19 +499,4 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self._id!r} policy={self.turn_policy}>"
-
-
-def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
-    """Say on ``exc`` that it is about the pending turn the call was finishing first, and
-    (for ``send``/``stream``) that the call's own input was neither started nor stored."""
-    exc.turn = "resumed"
-    if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
-        exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
-
-
-def _aborted(control: TurnControl) -> ExecutionResult:
-    return ExecutionResult(
-        text="", finish_reason="aborted", messages=(), usage=Usage(), steps=0,
-        run_id=control.run_id,
-    )
 

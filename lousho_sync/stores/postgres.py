@@ -110,6 +110,7 @@ from ._common import (
 )
 from ._lease import owner_is_dead, poll_until
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
+from ._postgres_events import PostgresEventOps
 from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
@@ -260,6 +261,11 @@ class PostgresSessionStore:
     def __init__(self, db: Db, combined: PostgresStore) -> None:
         self._db = db
         self.combined = combined
+        self._events = PostgresEventOps(db)
+
+    def event_ops(self) -> PostgresEventOps:
+        """The event log's primitives (``start()``/``attach()``)."""
+        return self._events
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
@@ -781,8 +787,11 @@ class PostgresStore(LeaseForwarding, Closing):
     ``conninfo`` is a libpq URL (``postgresql://user:password@host:port/dbname``) or
     ``key=value`` string; ``schema`` is the PostgreSQL schema holding the tables (created on
     first use: a lower-case identifier); ``min_size``/``max_size`` bound the connection
-    pool; ``connect_timeout_s`` bounds a connection attempt and the wait for a pooled
-    connection. Nothing connects before the first call. ``commit_turn`` commits a finished
+    pool; ``connect_timeout_s`` bounds one connection attempt (libpq's, whole seconds, at
+    least 1) and ``pool_timeout_s`` how long a call waits for a connection across its
+    retries (a server that is down or restarting): then StoreUnavailableError. After an
+    outage the next call connects as soon as the server is back. Nothing connects before
+    the first call. ``commit_turn`` commits a finished
     turn in one transaction; the lease methods forward to ``sessions``. Thread-safe;
     ``close()`` is idempotent and any use after it raises StoreClosedError; a context
     manager.
@@ -796,8 +805,9 @@ class PostgresStore(LeaseForwarding, Closing):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout_s: float = 5.0,
+        pool_timeout_s: float = 5.0,
     ) -> None:
-        self._db = Db(conninfo, schema, min_size, max_size, connect_timeout_s)
+        self._db = Db(conninfo, schema, min_size, max_size, connect_timeout_s, pool_timeout_s)
         self.sessions = PostgresSessionStore(self._db, self)
         self.checkpoints = PostgresCheckpointStore(self._db)
         self.approvals = PostgresApprovalStore(self._db)
@@ -903,7 +913,8 @@ class PostgresStore(LeaseForwarding, Closing):
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
-        approvals resolved that long ago; pending approvals and sessions under a live lease
+        approvals resolved that long ago; pending approvals (with their session and the
+        checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
         expire_due(self.approvals)
@@ -915,14 +926,19 @@ class PostgresStore(LeaseForwarding, Closing):
             with c.transaction():
                 row = c.execute(db.q(
                     "WITH gone AS (DELETE FROM {s}.sessions WHERE updated_at < %s AND id NOT IN"
-                    " (SELECT session_id FROM {s}.leases WHERE expires_at > %s) RETURNING key),"
+                    " (SELECT session_id FROM {s}.leases WHERE expires_at > %s) AND id NOT IN"
+                    " (SELECT session_id FROM {s}.approvals WHERE status = 'pending' AND"
+                    " session_id IS NOT NULL) RETURNING key),"
                     " m AS (DELETE FROM {s}.messages WHERE session_key IN"
                     " (SELECT key FROM gone)), h AS (DELETE FROM {s}.history WHERE"
                     " session_key IN (SELECT key FROM gone)) SELECT count(*) FROM gone"),
                     (cutoff, now)
                 ).fetchone()
+                # a pending approval keeps the checkpoint of the turn it paused
                 checkpoints = c.execute(db.q(
-                    "DELETE FROM {s}.checkpoints WHERE updated_at < %s"), (cutoff,)).rowcount
+                    "DELETE FROM {s}.checkpoints WHERE updated_at < %s AND key NOT IN (SELECT"
+                    " json::json->>'checkpoint_key' FROM {s}.approvals WHERE status = 'pending'"
+                    " AND json::json->>'checkpoint_key' IS NOT NULL)"), (cutoff,)).rowcount
                 approvals = c.execute(db.q(
                     "DELETE FROM {s}.approvals WHERE status != 'pending' AND resolved_at < %s"),
                     (cutoff,)).rowcount

@@ -52,13 +52,15 @@ to it). SQLite keeps no checksums: a changed byte inside a text that stays valid
 unseen; ``PRAGMA integrity_check`` finds structural damage.
 
 The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): when the linked
-SQLite is affected, the store warns once (StoreDurabilityWarning), turns SQLite's automatic
-checkpoints off and checkpoints itself from a second connection holding the write lock, so
-no commit can restart the WAL during a checkpoint. ``LOUSHO_SQLITE_DRIVER=pysqlite3`` uses
-the ``sqlite`` extra's fixed SQLite instead (the default, ``auto`` or ``sqlite3``, is the
-standard module). One process uses one library for all its stores: two SQLite libraries on
-one file in one process break each other's locks and lose commits, so a store on
-``pysqlite3`` refuses a file the process holds open through another library (ConfigError).
+SQLite is affected, the store turns SQLite's automatic checkpoints off and checkpoints itself
+from a second connection holding the write lock, so no commit can restart the WAL during a
+checkpoint; being guarded, it says so once at INFO, and warns (StoreDurabilityWarning) only
+when the process already holds the file open through a connection lousho did not make.
+``LOUSHO_SQLITE_DRIVER=pysqlite3`` uses the ``sqlite`` extra's fixed SQLite instead (the
+default, ``auto`` or ``sqlite3``, is the standard module). One process uses one library for
+all its stores: two SQLite libraries on one file in one process break each other's locks and
+lose commits, so a store on ``pysqlite3`` refuses a file the process holds open through
+another library (ConfigError).
 
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
@@ -112,6 +114,7 @@ from ._common import (
 )
 from ._lease import owner_is_dead, poll_until
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
+from ._sqlite_events import SqliteEventOps
 from ._sqlite_rows import INFO_COLUMNS, decode_history, decode_info, decode_transcript, load_rows
 from .base import ApprovalRecord, Checkpoint
 
@@ -163,6 +166,11 @@ class SqliteSessionStore:
     def __init__(self, db: Db, combined: SqliteStore) -> None:
         self._db = db
         self.combined = combined
+        self._events = SqliteEventOps(db)
+
+    def event_ops(self) -> SqliteEventOps:
+        """The event log's primitives (``start()``/``attach()``): rows in this file."""
+        return self._events
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
@@ -834,7 +842,8 @@ class SqliteStore(LeaseForwarding, Closing):
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
-        approvals resolved that long ago; pending approvals and sessions under a live lease
+        approvals resolved that long ago; pending approvals (with their session and the
+        checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
         expire_due(self.approvals)
@@ -842,15 +851,23 @@ class SqliteStore(LeaseForwarding, Closing):
         def delete_old(c: Conn) -> PruneResult:
             now = time.time()
             cutoff = now - older_than_s
+            # a pending approval keeps its session and the checkpoint of the turn it paused
             stale = (
                 "SELECT key FROM sessions WHERE updated_at < ?1 AND id NOT IN"
-                " (SELECT session_id FROM leases WHERE expires_at > ?2)"
+                " (SELECT session_id FROM leases WHERE expires_at > ?2) AND id NOT IN"
+                " (SELECT session_id FROM approvals WHERE status = 'pending'"
+                " AND session_id IS NOT NULL)"
             )
             c.execute("BEGIN IMMEDIATE")
             for table in ("messages", "history"):
                 c.execute(f"DELETE FROM {table} WHERE id / {SPAN} IN ({stale})", (cutoff, now))
             sessions = c.execute(f"DELETE FROM sessions WHERE key IN ({stale})", (cutoff, now))
-            checkpoints = c.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,))
+            checkpoints = c.execute(
+                "DELETE FROM checkpoints WHERE updated_at < ? AND key NOT IN (SELECT"
+                " json_extract(json, '$.checkpoint_key') FROM approvals WHERE status = 'pending'"
+                " AND json_extract(json, '$.checkpoint_key') IS NOT NULL)",
+                (cutoff,),
+            )
             approvals = c.execute(
                 "DELETE FROM approvals WHERE status != 'pending' AND resolved_at < ?", (cutoff,)
             )

@@ -1,0 +1,371 @@
+"""Detached turns and the event log (issue 29): ``Session.start``, ``Session.attach`` from
+another process, ``current_turn``, event ids, coalescing and retention, on every store kind
+that has a log readers in other processes can see."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CHILD_TIMEOUT, STORE_KINDS, wait
+from crash_child import make_store
+from events_child import GatedProvider
+
+from lousho_sync import (
+    InvalidInputError,
+    MemorySessionStore,
+    ScriptedProvider,
+    Step,
+    StepReset,
+    TextDelta,
+    TurnNotFoundError,
+    create_agent,
+    event_id,
+    parse_event_id,
+)
+from lousho_sync._eventlog import EventLog
+from lousho_sync.stores._events import MemoryEventOps, event_ops_of
+
+HERE = Path(__file__).resolve().parent
+CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
+ANSWER = "The quick brown fox jumps over the lazy dog, again and again, until the end."
+
+
+class Child:
+    """A child process of events_child.py whose stdout lines a thread collects."""
+
+    def __init__(self, *args: str, **env: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "events_child.py"), *args],
+            stdin=subprocess.PIPE if args[0] == "serve" else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent), **env},
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def line(self) -> Any:
+        """The next line, as JSON (fails when the child says nothing in time or ended)."""
+        line = self.lines.get(timeout=CHILD_TIMEOUT)
+        assert line is not None, self.stderr()
+        return json.loads(line)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        if self.proc.poll() is None:
+            return ""
+        return self.proc.stderr.read()
+
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Close its stdin (a serving child then ends) and reap it."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=CHILD_TIMEOUT)  # reaped: its pid is gone
+
+
+def child(*args: str, **env: str) -> Child:
+    return Child(*args, **env)
+
+
+def finish(proc: Child) -> list[dict[str, Any]]:
+    """The child's remaining JSON lines (it must exit 0)."""
+    out = []
+    while True:
+        line = proc.lines.get(timeout=CHILD_TIMEOUT)
+        if line is None:
+            break
+        if line:
+            out.append(json.loads(line))
+    assert proc.proc.wait(timeout=CHILD_TIMEOUT) == 0, proc.stderr()
+    return out
+
+
+def text_of(lines: list[dict[str, Any]]) -> str:
+    return "".join(e["text"] or "" for e in lines if e.get("type") == "text.delta")
+
+
+# --- event ids ---------------------------------------------------------------------------------
+def test_event_id_round_trips_and_a_bad_id_is_refused() -> None:
+    event = TextDelta(run_id="abc123", seq=42, text="x")
+    assert event.turn_id == "abc123"
+    assert event_id(event) == "abc123:42"
+    assert parse_event_id("abc123:42") == ("abc123", 42)
+    assert parse_event_id(event_id(StepReset(run_id="t:with:colons", seq=0, step=1))) == (
+        "t:with:colons", 0)
+    for bad in ("", "abc", "abc:", ":3", "abc:-1", "abc:x", "abc:1.5", "abc:٣"):
+        with pytest.raises(InvalidInputError, match="event id"):
+            parse_event_id(bad)
+    with pytest.raises(InvalidInputError):
+        parse_event_id(7)  # type: ignore[arg-type]
+
+
+# --- one process, any store ----------------------------------------------------------------------
+def test_leaving_a_started_runs_loop_does_not_abort_it() -> None:
+    gate = threading.Event()
+    provider = GatedProvider(ANSWER, 10, 3, gate)
+    agent = create_agent(provider=provider, store=MemorySessionStore())
+    session = agent.session(id="s1")
+    run = session.start("hi")
+    assert run.detached
+    for event in run:
+        if event.type == "text.delta":
+            break  # the reader leaves mid-answer
+    info = session.current_turn()
+    assert info is not None and info.status == "running" and info.turn_id == run.turn_id
+    gate.set()
+    result = run.result(timeout=CHILD_TIMEOUT)
+    assert result.finish_reason == "stop" and result.text == ANSWER
+    assert [m.text for m in session.load()] == ["hi", ANSWER]
+    assert session.current_turn() is None
+    # re-attached after the end: every event, the committed answer
+    events = list(session.attach(run.turn_id))
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert events[-1].type == "run.done"
+    assert "".join(e.text for e in events if e.type == "text.delta") == ANSWER
+
+
+def test_a_started_turn_runs_while_nobody_reads_it_and_abort_ends_it() -> None:
+    agent = create_agent(provider=ScriptedProvider(["one", Step(gate=threading.Event())]),
+                         store=MemorySessionStore())
+    session = agent.session(id="s1")
+    assert session.start("a").result(timeout=CHILD_TIMEOUT).text == "one"
+    run = session.start("b")
+    run.abort("stop")
+    assert run.result(timeout=CHILD_TIMEOUT).finish_reason == "aborted"
+    assert [m.text for m in session.load()] == ["a", "one"]
+    assert [e.type for e in session.attach(run.turn_id)][-1] == "run.done"
+
+
+def test_attach_unknown_or_expired_turn_raises_turn_not_found() -> None:
+    agent = create_agent(provider=ScriptedProvider(default="ok"), store=MemorySessionStore())
+    session = agent.session(id="s1")
+    with pytest.raises(TurnNotFoundError) as info:
+        session.attach()
+    assert info.value.code == "LOUSHO_TURN_NOT_FOUND"
+    with pytest.raises(TurnNotFoundError, match="nope"):
+        session.attach("nope")
+    with pytest.raises(TurnNotFoundError):
+        session.attach("../../etc/passwd")
+    with pytest.raises(InvalidInputError, match="after"):
+        session.attach(after=-2)
+    run = session.start("hi")
+    run.result(timeout=CHILD_TIMEOUT)
+    other = agent.session(id="s2")
+    with pytest.raises(TurnNotFoundError):
+        other.attach(run.turn_id)  # a turn of another session
+    assert [e.type for e in session.attach(after=3)] == ["run.done"]
+    session.event_ttl_s = 0.0
+    with pytest.raises(TurnNotFoundError, match="event_ttl_s=0"):
+        session.attach(run.turn_id)
+
+
+def test_prune_removes_ended_turns_past_their_ttl() -> None:
+    ops = MemoryEventOps()
+    log = EventLog(ops, ttl_s=0.0)
+    publisher = log.begin("t1", "s1", "host:1:x")
+    publisher.publish(TextDelta(run_id="t1", seq=0, text="x"))
+    assert log.prune() == 0  # still running
+    from lousho_sync import ExecutionResult, RunDone, Usage
+    done = ExecutionResult(text="x", finish_reason="stop", messages=(), usage=Usage(),
+                           steps=1, run_id="t1")
+    publisher.publish(RunDone(run_id="t1", seq=1, finish_reason="stop", result=done))
+    assert log.prune() == 1
+    assert ops.head("t1") is None and ops.latest("s1") is None
+
+
+def test_text_deltas_are_coalesced_into_one_write_per_interval() -> None:
+    store = MemorySessionStore()
+    agent = create_agent(provider=ScriptedProvider([Step(chunks=["x"] * 1000)]), store=store)
+    session = agent.session(id="s1")
+    session.event_interval_s = 3600.0
+    ops = event_ops_of(store)
+    writes: list[int] = []
+    append = ops.append
+
+    def counting(turn_id: str, rows: Any, **kw: Any) -> None:
+        writes.append(len(rows))
+        append(turn_id, rows, **kw)
+
+    ops.append = counting  # type: ignore[method-assign]
+    run = session.start("hi")
+    events = list(run)
+    assert run.result().text == "x" * 1000
+    non_delta = sum(1 for e in events if e.type != "text.delta")
+    assert sum(writes) == len(events) == non_delta + 1000
+    assert len(writes) <= non_delta  # the 1000 deltas went with the next event's write
+
+
+def test_a_long_turns_log_is_bounded_by_merging_old_deltas() -> None:
+    ops = MemoryEventOps()
+    log = EventLog(ops, interval_s=0.0, max_rows=100)
+    publisher = log.begin("t1", "s1", "host:1:x")
+    for seq in range(1000):
+        publisher.publish(TextDelta(run_id="t1", seq=seq, text=str(seq % 10)))
+    head = ops.head("t1")
+    assert head is not None and head.rows <= 200 and head.last_seq == 999
+    events = list(log.follow("t1", -1, idle=lambda h: True))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(
+        str(s % 10) for s in range(1000))
+    seqs = [e.seq for e in events]
+    assert seqs == sorted(set(seqs)) and seqs[-1] == 999
+
+
+# --- readers in other processes -------------------------------------------------------------------
+def _started(kind: str, root: Path, chunks: int = 40, hold_after: int = 20) -> Any:
+    gate = threading.Event()
+    provider = GatedProvider(ANSWER, chunks, hold_after, gate)
+    agent = create_agent(provider=provider, store=make_store(kind, root))
+    session = agent.session(id="s1")
+    run = session.start("hi")
+    return session, run, gate, provider
+
+
+@pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
+def test_a_reader_in_another_process_gets_exactly_the_events_after_n(
+    kind: str, tmp_path: Path
+) -> None:
+    session, run, gate, provider = _started(kind, tmp_path)
+    wait(provider.reached, "the turn mid-answer")
+    seen: list[Any] = []
+    events = iter(run)
+    for event in events:  # read up to the held text
+        seen.append(event)
+        if len([e for e in seen if e.type == "text.delta"]) == 20:
+            break
+    n = seen[-1].seq
+    procs = [child("attach", kind, str(tmp_path), "s1", run.turn_id, str(n)),
+             child("attach", kind, str(tmp_path), "s1", run.turn_id, str(n)),
+             child("attach", kind, str(tmp_path), "s1", run.turn_id, "-1", str(n - 3))]
+    for p in procs:
+        assert p.line() == "READY"
+    gate.set()
+    rest = list(events)
+    result = run.result(timeout=CHILD_TIMEOUT)
+    assert result.text == ANSWER
+    committed = [m.text for m in session.load()]
+    assert committed == ["hi", ANSWER]
+    mine = [(e.type, e.seq) for e in seen + rest]
+    assert [s for _, s in mine] == list(range(len(mine)))
+    one, two, again = (finish(p) for p in procs)
+    for lines in (one, two):
+        assert lines[-1] == {"end": True, "result": ANSWER}
+        got = [(e["type"], e["seq"]) for e in lines[:-1]]
+        assert got == [x for x in mine if x[1] > n]  # exactly seq > n, in order
+        assert got[-1][0] == "run.done"
+        prefix = "".join(e.text for e in seen if e.type == "text.delta")
+        assert prefix + text_of(lines[:-1]) == ANSWER
+    assert one == two  # two readers see identical sequences
+    # left the loop after seq n-3 and re-attached with it: nothing missed, nothing twice
+    assert [(e["type"], e["seq"]) for e in again[:-1]] == mine
+    assert text_of(again[:-1]) == ANSWER
+
+
+@pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
+def test_current_turn_from_another_process_and_the_driver_process(
+    kind: str, tmp_path: Path
+) -> None:
+    _, run, gate, provider = _started(kind, tmp_path)
+    wait(provider.reached, "the turn mid-answer")
+    other = create_agent(provider=ScriptedProvider(default="x"),
+                         store=make_store(kind, tmp_path)).session(id="s1")
+    info = other.current_turn()
+    assert info is not None
+    assert (info.turn_id, info.status) == (run.turn_id, "running")
+    assert info.owner.split(":")[1] == str(os.getpid())
+    gate.set()
+    run.result(timeout=CHILD_TIMEOUT)
+    assert other.current_turn() is None
+
+
+def test_an_encrypted_stores_events_are_encrypted_at_rest(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = make_store("encrypted-sqlite", tmp_path)
+    agent = create_agent(provider=ScriptedProvider([Step(chunks=["secret ", "plans"])]),
+                         store=store)
+    session = agent.session(id="s1")
+    run = session.start("tell me")
+    assert "".join(e.text for e in run if e.type == "text.delta") == "secret plans"
+    assert [e.type for e in session.attach(run.turn_id, after=-1)][-1] == "run.done"
+    raw = sqlite3.connect(tmp_path / "agent.db")
+    rows = raw.execute("SELECT data FROM lousho_events").fetchall()
+    raw.close()
+    assert rows
+    assert not any("secret" in r[0] or "tell me" in r[0] for r in rows)
+
+
+# --- takeover -----------------------------------------------------------------------------------
+def applied(lines: list[dict[str, Any]]) -> str:
+    """What a reader shows after applying each ``step.reset`` (it drops the text of that
+    step and of any later one)."""
+    shown: list[tuple[int, str]] = []
+    step = 0
+    for e in lines:
+        if e.get("type") == "step.start":
+            step = e["step"]
+        elif e.get("type") == "step.reset":
+            shown = [(s, t) for s, t in shown if s < e["step"]]
+            step = e["step"]
+        elif e.get("type") == "text.delta":
+            shown.append((step, e["text"]))
+    return "".join(t for _, t in shown)
+
+
+def crash_and_take_over(kind: str, root: Path, hold_after: int) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]]]:
+    """A driver process SIGKILLed mid-answer (after ``hold_after`` pieces) and a reader in
+    another process that takes the turn over: (the driver's lines, the reader's)."""
+    driver = child("drive", kind, str(root), "s1", ANSWER, "40", str(hold_after))
+    try:
+        turn = driver.line()["turn"]
+        seen: list[dict[str, Any]] = []
+        while sum(1 for e in seen if e["type"] == "text.delta") < hold_after:
+            seen.append(driver.line())
+        reader = child("attach", kind, str(root), "s1", turn, "-1",
+                       LOUSHO_TEST_ANSWER=ANSWER, LOUSHO_TEST_CHUNKS="40")
+        assert reader.line() == "READY"
+    finally:
+        driver.kill()
+    return seen, finish(reader)
+
+
+@pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
+def test_a_reader_takes_over_a_turn_whose_driver_was_killed(kind: str, tmp_path: Path) -> None:
+    _, lines = crash_and_take_over(kind, tmp_path, 12)
+    assert lines[-1] == {"end": True, "result": ANSWER}
+    events = lines[:-1]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(seqs)))  # in order, nothing missing, nothing twice
+    assert events[-1]["type"] == "run.done"
+    resets = [e for e in events if e["type"] == "step.reset"]
+    assert len(resets) == 1 and resets[0]["step"] == 1
+    assert applied(events) == ANSWER  # after applying step.reset: the committed answer
+    session = create_agent(provider=ScriptedProvider(default="x"),
+                           store=make_store(kind, tmp_path)).session(id="s1")
+    assert [m.text for m in session.load()] == ["go", ANSWER]  # committed once
+    assert session.pending() is None and session.current_turn() is None
