@@ -369,3 +369,30 @@ def test_a_reader_takes_over_a_turn_whose_driver_was_killed(kind: str, tmp_path:
                            store=make_store(kind, tmp_path)).session(id="s1")
     assert [m.text for m in session.load()] == ["go", ANSWER]  # committed once
     assert session.pending() is None and session.current_turn() is None
+
+
+def test_lousho_aio_start_attach_and_current_turn() -> None:
+    import asyncio
+
+    import lousho_aio
+
+    async def main() -> None:
+        gate = threading.Event()
+        agent = lousho_aio.create_agent(provider=GatedProvider(ANSWER, 10, 3, gate),
+                                        store=MemorySessionStore())
+        session = agent.session(id="s1")
+        run = await session.start("hi")
+        assert run.detached
+        async for event in run:
+            if event.type == "text.delta":
+                break  # leaving the loop does not abort a started run
+        info = await session.current_turn()
+        assert info is not None and info.turn_id == run.turn_id and info.status == "running"
+        gate.set()
+        assert (await run.result()).text == ANSWER
+        texts = [e.text async for e in session.attach(run.turn_id, after=-1)
+                 if e.type == "text.delta"]
+        assert "".join(texts) == ANSWER
+        assert await session.current_turn() is None
+
+    asyncio.run(main())
