@@ -44,14 +44,15 @@ from .events import (
     ToolResultEvent,
     UsageEvent,
 )
-from .stores._events import EventOps, TurnHead, TurnStatus, now
+from .ids import is_session_id
+from .stores._events import EVENT_TTL_S, EventOps, TurnHead, TurnStatus, now
 
 __all__ = ["EventLog", "Publisher", "decode", "encode"]
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.05
-DEFAULT_TTL_S = 600.0
+DEFAULT_TTL_S = EVENT_TTL_S
 DEFAULT_MAX_ROWS = 10_000
 _READ_BATCH = 1000
 
@@ -177,7 +178,10 @@ class EventLog:
         return Publisher(self, head)
 
     def head(self, turn_id: str) -> TurnHead | None:
-        """The turn's head; None when absent or expired (then it is removed)."""
+        """The turn's head; None when absent, expired (then it is removed) or not a turn
+        id."""
+        if not is_session_id(turn_id):
+            return None
         head = self.ops.head(turn_id)
         if head is not None and self._expired(head):
             self.ops.drop(turn_id)

@@ -21,12 +21,15 @@ The envelopes the inner store keeps (it needs no change):
 A TOKEN is base64 of ``version (1 byte) | key id (8) | nonce (12, random) | ciphertext+tag``.
 The key id is the first 8 bytes of SHA-256 of ``b"lousho-key-id\\0" + key``. The additional
 authenticated data binds each ciphertext to its record: ``["lousho-encrypted/1", kind,
-...]`` as JSON, with kind ``message`` (session id, position), ``history`` (session id),
+...]`` as JSON, with kind ``message`` (session id, position), ``history`` (session id,
+position in the history; records of earlier releases, without it, are still read),
 ``metadata`` (session id), ``checkpoint`` (key), ``approval`` (approval id) and
 ``approval-reason`` (approval id, status: so an approval's status changed in the inner
 store is detected). A record changed, moved to another record or position, or written with
 a key not given raises :class:`~lousho_sync.errors.StoreDecryptError` naming the store and
-the record; never garbage. What cannot be detected: a record replaced by an older version
+the record; never garbage. An approval a paused turn waits on but the inner store
+no longer lists as pending (its plain status changed) makes ``list_pending`` raise too.
+What cannot be detected: a record replaced by an older version
 of itself (a rollback), or a transcript cut short at its end.
 
 The store is marked as written through EncryptedStore (the built-in stores' ``mark_encrypted``:
@@ -79,6 +82,8 @@ from ..messages import Message, ToolCall
 from ..records import ApprovalRecord, Checkpoint, Fence
 from ..results import PruneResult
 from ._common import check_older_than
+from ._events import event_ops_of
+from ._sealed_events import SealedEventOps
 from .base import turn_committer
 
 __all__ = [
@@ -284,14 +289,22 @@ class _Sealer:
                                   f"message {i} of session {id!r}", id)
                 for i, e in enumerate(envs)]
 
-    def seal_history(self, id: str, messages: Sequence[Message]) -> list[Message]:
-        aad = record_aad("history", id)
-        return [self.seal_message(m, aad) for m in messages]
+    def seal_history(self, id: str, messages: Sequence[Message], start: int) -> list[Message]:
+        return [self.seal_message(m, record_aad("history", id, start + i))
+                for i, m in enumerate(messages)]
 
     def open_history(self, id: str, envs: Sequence[Message]) -> list[Message]:
-        aad = record_aad("history", id)
-        return [self.open_message(e, aad, f"history message {i} of session {id!r}", id)
-                for i, e in enumerate(envs)]
+        out = []
+        for i, e in enumerate(envs):
+            what = f"history message {i} of session {id!r}"
+            try:
+                out.append(self.open_message(e, record_aad("history", id, i), what, id))
+            except StoreDecryptError as exc:
+                try:  # written before history positions were bound (any position)
+                    out.append(self.open_message(e, record_aad("history", id), what, id))
+                except StoreDecryptError:
+                    raise exc from None
+        return out
 
     # --- metadata -----------------------------------------------------------------------
 
@@ -509,9 +522,10 @@ class _SessionCatalog(_Part):
         fence: Fence | None = None,
     ) -> None:
         """The inner compact of the encrypted messages (one transaction there)."""
+        start = len(self._inner.history(id)) if replaced else 0  # appended after those
         self._inner.compact(
             id, self._sealer.seal_transcript(id, messages, 0),
-            replaced=self._sealer.seal_history(id, replaced), **_fence_kw(fence),
+            replaced=self._sealer.seal_history(id, replaced, start), **_fence_kw(fence),
         )
 
     def create(
@@ -526,7 +540,7 @@ class _SessionCatalog(_Part):
         envelope = self._sealer.seal_metadata(id, metadata or {})
         self._inner.create(
             id, self._sealer.seal_transcript(id, messages, 0), metadata=envelope or None,
-            history=self._sealer.seal_history(id, history),
+            history=self._sealer.seal_history(id, history, 0),
         )
 
     def list(
@@ -546,6 +560,16 @@ class EncryptedSessionStore(_Part):
         self._sealer = sealer
         self.fenced = getattr(inner, "fenced", False) is True
         self.combined = combined
+        self._events: SealedEventOps | None = None
+
+    def event_ops(self) -> SealedEventOps:
+        """The inner store's event log with every event encrypted like a message."""
+        if self._events is None:
+            sealer = self._sealer
+            self._events = SealedEventOps(
+                event_ops_of(self._inner), sealer.seal,
+                lambda token, aad, what: sealer.open(token, aad, what, None))
+        return self._events
 
     @property
     def inner(self) -> Any:
@@ -601,9 +625,11 @@ class EncryptedApprovalStore(_Part):
     """Approval records encrypted over an inner approval store; ``resolve`` is the inner
     one's (resolve-once holds), its reason encrypted and bound to the status."""
 
-    def __init__(self, inner: Any, sealer: _Sealer) -> None:
+    def __init__(self, inner: Any, sealer: _Sealer,
+                 checkpoints: EncryptedCheckpointStore | None = None) -> None:
         self._inner = inner
         self._sealer = sealer
+        self._checkpoints = checkpoints  # the paused turns, to find hidden approvals
         self.fenced = getattr(inner, "fenced", False) is True
 
     def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
@@ -626,8 +652,29 @@ class EncryptedApprovalStore(_Part):
         return self._sealer.open_approval(id, env)
 
     def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records, decrypted, oldest first."""
-        return [self._sealer.open_approval(e.id, e) for e in self._inner.list_pending(session_id)]
+        """Pending records, decrypted, oldest first. An approval a paused turn waits on that
+        the inner store does not list as pending (its plain status was changed there) is read
+        too, so its damage raises here as in ``get``/``resolve`` instead of hiding it."""
+        records = [self._sealer.open_approval(e.id, e)
+                   for e in self._inner.list_pending(session_id)]
+        if self._checkpoints is not None:
+            self._check_hidden({r.id for r in records}, session_id)
+        return records
+
+    def _check_hidden(self, listed: set[str], session_id: str | None) -> None:
+        checkpoints = self._checkpoints
+        assert checkpoints is not None
+        inner = checkpoints._inner
+        for key in inner.keys(""):
+            env = inner.load(key)  # the envelope: status and session id are plain
+            if env is None or env.status != "awaiting-approval":
+                continue
+            if session_id is not None and env.session_id != session_id:
+                continue
+            checkpoint = checkpoints.load(key)
+            for id in () if checkpoint is None else checkpoint.pending_approval_ids:
+                if id not in listed:
+                    self.get(id)  # StoreDecryptError when its plain status was changed
 
 
 class _StoreLease:
@@ -748,7 +795,8 @@ class EncryptedStore:
             ])(sessions, sealer, self if self._committer is not None else None)
         self.checkpoints = (None if checkpoints is None
                             else EncryptedCheckpointStore(checkpoints, sealer))
-        self.approvals = None if approvals is None else EncryptedApprovalStore(approvals, sealer)
+        self.approvals = (None if approvals is None
+                          else EncryptedApprovalStore(approvals, sealer, self.checkpoints))
 
     @property
     def inner(self) -> Any:
