@@ -9,12 +9,14 @@ its turn. No ``asyncio.run`` inside: it works in an already running loop (Jupyte
 """
 
 from lousho_sync import __version__ as __version__
+from lousho_sync.approvals import ApprovalPage
 from lousho_sync.catalog import SessionInfo, SessionPage
 from lousho_sync.codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from lousho_sync.compaction import Compaction
 from lousho_sync.errors import (
     AbortedError,
     ApprovalAlreadyResolvedError,
+    ApprovalExpiredError,
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
@@ -38,6 +40,7 @@ from lousho_sync.errors import (
     StoreCorruptError,
     StoreDecryptError,
     StoreDurabilityWarning,
+    StoreEncryptedError,
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
@@ -118,6 +121,8 @@ __all__ = [
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
+    "ApprovalExpiredError",
+    "ApprovalPage",
     "ApprovalNotFoundError",
     "ApprovalRecord",
     "ApprovalRequested",
@@ -198,6 +203,7 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreDecryptError",
+    "StoreEncryptedError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lousho_sync import agent as _sync_agent
 from lousho_sync.agent import Agent, Approvals
+from lousho_sync.approvals import ApprovalPage
 from lousho_sync.compaction import Compaction
 from lousho_sync.inputs import InputLike
 from lousho_sync.limits import Limits, Price
@@ -76,6 +77,16 @@ class AsyncAgent:
     def compaction(self) -> Compaction | None:
         """The automatic compaction policy."""
         return self._agent.compaction
+
+    @property
+    def approval_ttl_s(self) -> float | None:
+        """How long an approval request waits before it is denied as expired."""
+        return self._agent.approval_ttl_s
+
+    @property
+    def on_approval_requested(self) -> Callable[[ApprovalRecord], object] | None:
+        """Told of each approval request once it is durable."""
+        return self._agent.on_approval_requested
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -157,14 +168,27 @@ class AsyncApprovals:
         """Pending records (of one session, or all), oldest first."""
         return await _bridge.call(self._approvals.list, session_id)
 
+    async def page(
+        self,
+        status: Literal["pending"] = "pending",
+        *,
+        session_prefix: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> ApprovalPage:
+        """One page of the pending approvals of every session, newest first (see
+        ``Approvals.page``)."""
+        return await _bridge.call(self._approvals.page, status, session_prefix=session_prefix,
+                                  limit=limit, cursor=cursor)
+
     async def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
+        self, *, id: str, approved: bool, reason: str | None = None, by: str | None = None
     ) -> ExecutionResult | None:
-        """Approve or deny (see ``Approvals.resolve``); when it was the turn's last open
-        approval the turn continues, and its result is returned. Cancelling the task waits
-        for the continued turn to end (the sync call takes no signal)."""
+        """Approve or deny, by ``by`` (see ``Approvals.resolve``); when it was the turn's
+        last open approval the turn continues, and its result is returned. Cancelling the
+        task waits for the continued turn to end (the sync call takes no signal)."""
         return await _bridge.call(
-            self._approvals.resolve, id=id, approved=approved, reason=reason
+            self._approvals.resolve, id=id, approved=approved, reason=reason, by=by
         )
 
 
@@ -181,13 +205,17 @@ def create_agent(
     project_instructions: bool | str | Path = False,
     compaction: Compaction | None = None,
     settings: Mapping[str, Any] | None = None,
+    approval_ttl_s: float | None = None,
+    on_approval_requested: Callable[[ApprovalRecord], object] | None = None,
 ) -> AsyncAgent:
-    """Build an :class:`AsyncAgent` (same parameters as ``lousho_sync.create_agent``)."""
+    """Build an :class:`AsyncAgent` (same parameters as ``lousho_sync.create_agent``;
+    ``on_approval_requested`` is a plain function, called on a worker thread)."""
     return AsyncAgent(
         _sync_agent.create_agent(
             instructions=instructions, provider=provider, model=model, tools=tools,
             store=store, approval_store=approval_store, limits=limits, prices=prices,
             project_instructions=project_instructions, compaction=compaction,
-            settings=settings,
+            settings=settings, approval_ttl_s=approval_ttl_s,
+            on_approval_requested=on_approval_requested,
         )
     )

@@ -16,12 +16,14 @@ Tracing: see :mod:`lousho_sync._otel` (the ``otel`` extra).
 import logging as _logging
 
 from .agent import Agent, Approvals, create_agent
+from .approvals import ApprovalPage
 from .catalog import SessionInfo, SessionPage
 from .codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
 from .compaction import Compaction
 from .errors import (
     AbortedError,
     ApprovalAlreadyResolvedError,
+    ApprovalExpiredError,
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
@@ -45,6 +47,7 @@ from .errors import (
     StoreCorruptError,
     StoreDecryptError,
     StoreDurabilityWarning,
+    StoreEncryptedError,
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
@@ -138,6 +141,8 @@ __all__ = [
     "AgentStore",
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
+    "ApprovalExpiredError",
+    "ApprovalPage",
     "ApprovalNotFoundError",
     "ApprovalRecord",
     "ApprovalRequested",
@@ -213,6 +218,7 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreDecryptError",
+    "StoreEncryptedError",
     "StoreDurabilityWarning",
     "StoreError",
     "StoreTooNewError",

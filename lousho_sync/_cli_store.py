@@ -108,20 +108,35 @@ def open_store(path: str, *, create: bool = True) -> Any:
             except ImportError as exc:
                 raise StoreProblem(f"the store {path!r} needs the redis package: "
                                    "pip install 'lousho[redis]'") from exc
-            store = RedisStore(path)
+            store = _maybe_encrypted(RedisStore(path))
             store.sessions.ids()  # connects now, so a bad URL is reported before anything
             return store
         if kind == "files":
             from .stores.files import FileStore
 
-            return FileStore(Path(path))
+            return _maybe_encrypted(FileStore(Path(path)))
         from .sqlite import SqliteStore
 
-        return SqliteStore(Path(path))
+        return _maybe_encrypted(SqliteStore(Path(path)))
     except StoreProblem:
         raise
     except Exception as exc:  # every store failure becomes one line, no traceback
         raise StoreProblem(f"cannot open the store {path!r}: {_one_line(exc)}") from exc
+
+
+KEYS_ENV = "LOUSHO_ENCRYPTION_KEYS"
+"""The environment variable holding the command's EncryptedStore keys (comma-separated
+urlsafe base64, the encrypting one first)."""
+
+
+def _maybe_encrypted(store: Any) -> Any:
+    """``store`` inside an EncryptedStore when ``LOUSHO_ENCRYPTION_KEYS`` holds keys."""
+    keys = [k.strip() for k in os.environ.get(KEYS_ENV, "").split(",") if k.strip()]
+    if not keys:
+        return store
+    from .stores.encrypted import EncryptedStore
+
+    return EncryptedStore(store, keys=keys)
 
 
 def postgres_schema(url: str) -> tuple[str, str]:
@@ -151,7 +166,7 @@ def _open_postgres(url: str) -> Any:
     problem = ""
     try:
         conninfo, schema = postgres_schema(url)
-        store = PostgresStore(conninfo, schema=schema)
+        store = _maybe_encrypted(PostgresStore(conninfo, schema=schema))
     except Exception as exc:
         store, problem = None, _one_line(exc)
     if store is not None:

@@ -14,6 +14,7 @@ from . import _otel
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState
 from ._writes import TurnWriter
+from .approvals import current
 from .compaction import (
     Compaction,
     TokenTally,
@@ -113,7 +114,7 @@ class SessionParts:
             return []
         out = []
         for approval_id in cp.pending_approval_ids:
-            record = self.approvals.get(approval_id)
+            record = current(self.approvals, approval_id)  # expired: denied now
             if record is not None and record.status == "pending":
                 out.append(approval_id)
         return out

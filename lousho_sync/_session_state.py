@@ -20,6 +20,7 @@ import attrs
 
 from . import _loop
 from ._lease_hold import LeaseHold
+from .approvals import current
 from .callers import current_caller
 from .control import TurnControl
 from .errors import SessionAwaitingApprovalError, SessionBusyError
@@ -287,7 +288,7 @@ class SessionState:
         awaiting = self.awaiting
         if awaiting is None:
             return
-        record = approvals.get(awaiting) if approvals is not None else None
+        record = current(approvals, awaiting) if approvals is not None else None
         if record is not None and record.status == "pending":
             raise awaiting_error(self.id, awaiting)
         self.awaiting = None

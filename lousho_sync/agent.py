@@ -5,22 +5,38 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ._session_parts import AgentBase
 from ._writes import TurnWriter
+from .approvals import (
+    EXPIRED_REASON,
+    ApprovalPage,
+    check_by,
+    check_ttl,
+    current,
+    pending,
+    resolve_record,
+    settle,
+)
+from .approvals import page as page_approvals
 from .compaction import Compaction
 from .control import TurnControl
-from .errors import ApprovalTurnMissingError, ConfigError
+from .errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalExpiredError,
+    ApprovalTurnMissingError,
+    ConfigError,
+)
 from .events import RunEvent
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
 from .providers.base import Provider
-from .records import ApprovalRecord, Checkpoint
+from .records import ApprovalRecord, Checkpoint, is_expired
 from .results import ExecutionResult
 from .run import AgentRun
 from .session import Session, TurnPolicy
@@ -79,8 +95,17 @@ class Agent:
         prices: Mapping[str, Price] | None = None,
         compaction: Compaction | None = None,
         settings: Mapping[str, Any] | None = None,
+        approval_ttl_s: float | None = None,
+        on_approval_requested: Callable[[ApprovalRecord], object] | None = None,
     ) -> None:
         self.provider = provider
+        self.approval_ttl_s = check_ttl(approval_ttl_s, "create_agent")
+        if on_approval_requested is not None and not callable(on_approval_requested):
+            raise ConfigError(
+                f"on_approval_requested must be a callable taking an ApprovalRecord, got "
+                f"{type(on_approval_requested).__name__}"
+            )
+        self.on_approval_requested = on_approval_requested
         self.instructions = instructions
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -123,6 +148,8 @@ class Agent:
                 settings=self.settings,
                 limits=limits,
                 prices=self.prices,
+                approval_ttl_s=self.approval_ttl_s,
+                on_approval_requested=on_approval_requested,
             ),
             compaction=compaction,
             scratch=self._scratch,
@@ -274,8 +301,16 @@ class Agent:
             store = (self.checkpoint_store if where.kind == "one-shot" else None) or self._scratch
         return session, store, store.load(record.checkpoint_key)
 
-    def _resolve(self, id: str, approved: bool, reason: str | None) -> ExecutionResult | None:
-        record = self.approval_store.get(id)
+    def _resolve(
+        self, id: str, approved: bool, reason: str | None, by: str | None = None
+    ) -> ExecutionResult | None:
+        by = check_by(by)
+        store = self.approval_store
+        record = store.get(id)
+        if record is not None and is_expired(record):
+            record = settle(store, record)  # denied as expired: its turn continues so
+        if record is not None and _expired(record):
+            raise _expired_error(record, self._continue(record))
         if record is not None and record.status == "pending":
             _, _, cp = self._paused_turn(record)
             again = self.approval_store.get(id) if cp is None else None
@@ -288,12 +323,20 @@ class Agent:
                     "another process?)",
                     approval_id=id,
                 )
-        record = self.approval_store.resolve(id, approved=approved, reason=reason)
+        try:
+            record = resolve_record(store, id, approved=approved, reason=reason, by=by)
+        except ApprovalAlreadyResolvedError as exc:
+            raise _already_error(id, store.get(id), exc) from exc
+        return self._continue(record)
+
+    def _continue(self, record: ApprovalRecord) -> ExecutionResult | None:
+        """Continue the turn ``record`` (now resolved) paused, when no other approval of it
+        still waits; None when the turn is gone."""
         session, store, cp = self._paused_turn(record)
         if cp is None:
-            return None  # discarded meanwhile (its approvals were denied with it)
+            return None  # discarded or continued meanwhile (its approvals went with it)
         still = [a for a in cp.pending_approval_ids
-                 if (r := self.approval_store.get(a)) is not None and r.status == "pending"]
+                 if (r := current(self.approval_store, a)) is not None and r.status == "pending"]
         if still:
             return _awaiting(cp.run_id, still)
         if session is not None:
@@ -323,29 +366,86 @@ def _committer(sessions: object, checkpoints: object) -> TurnCommitter | None:
     return None
 
 
+def _expired(record: ApprovalRecord) -> bool:
+    """Whether ``record`` was denied by its expiry (not by a person)."""
+    return (record.status == "denied" and record.reason == EXPIRED_REASON
+            and record.resolved_by is None and record.expires_at is not None)
+
+
+def _when(t: float | None) -> str:
+    import datetime
+
+    if t is None:
+        return "?"
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _expired_error(record: ApprovalRecord, result: ExecutionResult | None) -> Exception:
+    return ApprovalExpiredError(
+        f"approval {record.id!r} (tool {record.call.name!r}, session {record.session_id!r}) "
+        f"expired at {_when(record.expires_at)} before anyone decided: it was denied with "
+        "the reason 'expired' and its turn continued as a denial does",
+        approval_id=record.id, expires_at=record.expires_at, result=result,
+    )
+
+
+def _already_error(
+    id: str, record: ApprovalRecord | None, exc: ApprovalAlreadyResolvedError
+) -> Exception:
+    """The error for a resolve that lost: who decided, when, and why."""
+    if record is None or record.status == "pending":
+        return exc
+    if _expired(record):
+        return _expired_error(record, None)
+    who = f" by {record.resolved_by}" if record.resolved_by else ""
+    why = f" (reason: {record.reason})" if record.reason else ""
+    return ApprovalAlreadyResolvedError(
+        f"approval {id!r} was already {record.status}{who} at {_when(record.resolved_at)}"
+        f"{why}",
+        approval_id=id,
+    )
+
+
 class Approvals:
-    """``agent.approvals``: resolve, list and get approval records."""
+    """``agent.approvals``: resolve, list, page and get approval records. Every read
+    denies a request past its ``expires_at`` first (reason ``"expired"``)."""
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
 
     def get(self, id: str) -> ApprovalRecord | None:
         """One record, or None."""
-        return self._agent.approval_store.get(id)
+        return current(self._agent.approval_store, id)
 
     def list(self, session_id: str | None = None) -> list[ApprovalRecord]:
         """Pending records (of one session, or all), oldest first."""
-        return self._agent.approval_store.list_pending(session_id)
+        return pending(self._agent.approval_store, session_id)
+
+    def page(
+        self,
+        status: Literal["pending"] = "pending",
+        *,
+        session_prefix: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> ApprovalPage:
+        """One page of the pending approvals of every session (whose id starts with
+        ``session_prefix``), newest first; pass ``next_cursor`` as ``cursor`` for the next.
+        Paged over ``list_pending()`` of the approval store (O(pending) per page)."""
+        return page_approvals(self._agent.approval_store, status,
+                              session_prefix=session_prefix, limit=limit, cursor=cursor)
 
     def resolve(
-        self, *, id: str, approved: bool, reason: str | None = None
+        self, *, id: str, approved: bool, reason: str | None = None, by: str | None = None
     ) -> ExecutionResult | None:
-        """Approve or deny; when it was the turn's last open approval, continue the turn (as
-        the session's next turn) and return its result. Exactly one resolver wins; others get
-        ApprovalAlreadyResolvedError. When the paused turn cannot be found, raises
-        ApprovalTurnMissingError and leaves the record pending (never "approved" without
-        running)."""
-        return self._agent._resolve(id, approved, reason)
+        """Approve or deny (``by``: who decides, kept as ``resolved_by``); when it was the
+        turn's last open approval, continue the turn (as the session's next turn) and return
+        its result. Exactly one resolver wins; others get ApprovalAlreadyResolvedError
+        saying who decided. A request past its ``expires_at`` is denied as expired, its turn
+        continued, and ApprovalExpiredError raised (``.result``: the continued turn). When
+        the paused turn cannot be found, raises ApprovalTurnMissingError and leaves the
+        record pending (never "approved" without running)."""
+        return self._agent._resolve(id, approved, reason, by)
 
 
 def _awaiting(run_id: str, pending: list[str]) -> ExecutionResult:
@@ -368,9 +468,14 @@ def create_agent(
     project_instructions: bool | str | Path = False,
     compaction: Compaction | None = None,
     settings: Mapping[str, Any] | None = None,
+    approval_ttl_s: float | None = None,
+    on_approval_requested: Callable[[ApprovalRecord], object] | None = None,
 ) -> Agent:
     """Build an :class:`Agent`. Give a ``provider`` object or a ``model`` string
-    (``"openai/gpt-4o-mini"``); ``project_instructions=True`` (or a path) appends AGENTS.md."""
+    (``"openai/gpt-4o-mini"``); ``project_instructions=True`` (or a path) appends AGENTS.md.
+    ``approval_ttl_s``: how long an approval request waits before it is denied as expired
+    (tools may set their own; None: forever). ``on_approval_requested(record)`` is called
+    once per request, after it is durable (for notifications; what it raises is logged)."""
     if provider is None and model is None:
         raise ConfigError("create_agent needs provider= (a Provider) or model= ('openai/...')")
     if provider is None:
@@ -389,6 +494,8 @@ def create_agent(
         prices=prices,
         compaction=compaction,
         settings=settings,
+        approval_ttl_s=approval_ttl_s,
+        on_approval_requested=on_approval_requested,
     )
 
 

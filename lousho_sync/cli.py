@@ -1,5 +1,5 @@
 """The ``lousho`` command: ``demo``, ``chat``, ``sessions`` (``list``, ``show``, ``delete``,
-``prune``, ``copy``).
+``prune``, ``copy``), ``approvals`` (``list``, ``show``, ``approve``, ``deny``).
 
 Exit codes: 0 done, 1 a runtime failure (a store problem, a missing session, a failed turn
 that ends the command), 2 a usage error (bad arguments, an invalid session id, a missing API
@@ -107,7 +107,40 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("ids", nargs="*", metavar="ID", help="only these sessions")
     for p in (listing, show, undo, fork, delete, prune, copy):
         p.add_argument("--json", action="store_true", help="print JSON")
+    _approvals_parser(sub, store_help)
     return parser
+
+
+def _approvals_parser(sub: Any, store_help: str) -> None:
+    app_help = ("MODULE:ATTR of the Agent (or a function taking store= that returns one) "
+                "whose model and tools continue a decided turn; needed to approve or deny "
+                "(default: $LOUSHO_APP)")
+    approvals = sub.add_parser(
+        "approvals", help="list, show, approve or deny approval requests across sessions",
+        description="Approval requests of every session. Deciding continues the paused turn "
+        "in this process (its tool runs on approve) and prints its answer, so approve and "
+        "deny need --app: the agent with the model and tools.")
+    approvals.add_argument("--store", default=None, help=store_help.replace(
+        "(default: ", "(default: the --app agent's store, else "))
+    approvals.add_argument("--app", default=None, help=app_help)
+    asub = approvals.add_subparsers(dest="action", required=True)
+    listing = asub.add_parser("list", help="pending requests, newest first")
+    listing.add_argument("--session-prefix", default=None,
+                         help="only sessions whose id starts with this")
+    show = asub.add_parser("show", help="one request: tool, arguments, session, times, "
+                                        "decision")
+    show.add_argument("id")
+    decide = []
+    for action in ("approve", "deny"):
+        p = asub.add_parser(action, help=f"{action} a request; the turn goes on here and "
+                                         "its answer is printed")
+        p.add_argument("id")
+        p.add_argument("--reason", default=None, help="why (kept with the decision)")
+        p.add_argument("--by", default=None,
+                       help="who decides (kept as resolved_by; default: your login name)")
+        decide.append(p)
+    for p in (listing, show, *decide):
+        p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,6 +192,8 @@ def _main(args: argparse.Namespace) -> int:
             return run_demo(args.dir, out=sys.stdout)
         if args.command == "chat":
             return _chat(args, sys.stdin, sys.stdout)
+        if args.command == "approvals":
+            return _approvals(args, sys.stdout)
         return _sessions(args, sys.stdin, sys.stdout)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
@@ -207,6 +242,31 @@ def _chat(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         raise StoreProblem(f"cannot read session {args.session!r} from the store "
                            f"{shown(args.store)!r}: {exc}") from exc
     return chat_loop(session, stdin, out)
+
+
+def _app_and_store(store_arg: str | None, app_arg: str | None) -> tuple[Any, Any]:
+    """(agent or None, store) of ``--store`` and ``--app`` (or $LOUSHO_APP)."""
+    import os
+
+    from ._cli_approvals import APP_ENV, load_app
+
+    app = app_arg or os.environ.get(APP_ENV) or None
+    store = None
+    if store_arg is not None or app is None:
+        store = open_store(store_arg or DEFAULT_STORE, create=False)
+    agent = load_app(app, store) if app is not None else None
+    return agent, store
+
+
+def _approvals(args: argparse.Namespace, out: TextIO) -> int:
+    from ._cli_approvals import approvals_command
+
+    agent, store = _app_and_store(args.store, args.app)
+    try:
+        return approvals_command(args, store, agent, out)
+    finally:
+        if store is not None:
+            _close(store)
 
 
 def _session_info(session: Any) -> dict[str, Any]:

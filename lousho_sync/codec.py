@@ -60,6 +60,7 @@ from .results import ExecutionResult
 __all__ = [
     "FORMAT_VERSION",
     "approval_from_dict",
+    "approval_json_resolved_by",
     "approval_to_dict",
     "checkpoint_from_dict",
     "checkpoint_to_dict",
@@ -104,6 +105,7 @@ class _Field:
     dump: Callable[[Any], Any]
     load: Callable[[Any, str], Any]
     default: Any = _REQUIRED
+    omit_none: bool = False  # not written when None (fields added later: old form unchanged)
 
 
 def _same(value: Any) -> Any:
@@ -162,6 +164,8 @@ _APPROVAL_FIELDS = (
     _Field("reason", _same, as_opt_str, None),
     _Field("created_at", _same, as_float),
     _Field("resolved_at", _same, _load_opt_float, None),
+    _Field("expires_at", _same, _load_opt_float, None, omit_none=True),
+    _Field("resolved_by", _same, as_opt_str, None, omit_none=True),
 )
 _CHECKPOINT_KEYS = frozenset(("v", *(f.name for f in _CHECKPOINT_FIELDS)))
 _APPROVAL_KEYS = frozenset(("v", *(f.name for f in _APPROVAL_FIELDS)))
@@ -172,7 +176,10 @@ def _dump_record(
 ) -> dict[str, Any]:
     d: dict[str, Any] = {"v": FORMAT_VERSION}
     for f in fields:
-        d[f.name] = f.dump(getattr(record, f.name))
+        value = getattr(record, f.name)
+        if value is None and f.omit_none:
+            continue
+        d[f.name] = f.dump(value)
     if record.extra:
         add_extra(d, record.extra, known)
     return d
@@ -386,6 +393,15 @@ def loads_checkpoint(s: str | bytes) -> Checkpoint:
 def dumps_approval(r: ApprovalRecord) -> str:
     """An approval record as compact JSON with ``"v"``."""
     return _dumps(_unstructure_approval(r), "an approval record")
+
+
+def approval_json_resolved_by(s: str | bytes, by: str) -> str:
+    """The stored JSON ``s`` of an approval record with ``resolved_by`` set to ``by`` (every
+    other key as it was): what a store that keeps the created record's JSON writes when it
+    resolves the record. StoreCorruptError when ``s`` is not a JSON object."""
+    d = dict(as_mapping(_loads(s, "the approval record"), "an approval record"))
+    d["resolved_by"] = by
+    return _dumps(d, "an approval record")
 
 
 def loads_approval(s: str | bytes) -> ApprovalRecord:

@@ -25,6 +25,7 @@
     │   └── LeaseLostError                     a write refused: a newer lease holder exists
     ├── ApprovalTurnMissingError (LookupError) the paused turn of an approval is gone
     ├── ApprovalAlreadyResolvedError
+    │   └── ApprovalExpiredError               denied as "expired" before anyone decided
     └── ApprovalNotFoundError (KeyError)
 
 Codes (``.code``) are stable public API.
@@ -42,6 +43,7 @@ from typing import Any
 __all__ = [
     "AbortedError",
     "ApprovalAlreadyResolvedError",
+    "ApprovalExpiredError",
     "ApprovalNotFoundError",
     "ApprovalTurnMissingError",
     "ConfigError",
@@ -300,6 +302,15 @@ class StoreDecryptError(StoreError):
         self.record = record
 
 
+class StoreEncryptedError(StoreError):
+    """The store was written through ``EncryptedStore`` (it is marked so) and is used
+    without it: plain reads would show empty texts and plain writes would mix plaintext into
+    encrypted sessions, so both are refused. Open it as ``EncryptedStore(inner,
+    keys=[...])``."""
+
+    code = "LOUSHO_STORE_ENCRYPTED"
+
+
 class SessionExistsError(StoreError):
     """A session was to be created (``fork``, ``create``, ``sessions copy``) under an id
     that already holds messages or metadata."""
@@ -322,6 +333,26 @@ class ApprovalAlreadyResolvedError(LoushoError):
     def __init__(self, message: str, *, approval_id: str | None = None) -> None:
         super().__init__(message)
         self.approval_id = approval_id
+
+
+class ApprovalExpiredError(ApprovalAlreadyResolvedError):
+    """The approval passed its ``expires_at`` before anyone decided: it was denied with the
+    reason ``"expired"`` (its turn continues as a denial does). ``result`` is the result of
+    the turn the resolving call continued, or None."""
+
+    code = "LOUSHO_APPROVAL_EXPIRED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        approval_id: str | None = None,
+        expires_at: float | None = None,
+        result: Any = None,
+    ) -> None:
+        super().__init__(message, approval_id=approval_id)
+        self.expires_at = expires_at
+        self.result = result
 
 
 class ApprovalTurnMissingError(LoushoError, LookupError):

@@ -13,7 +13,15 @@ import attrs
 from .errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError
 from .messages import Message, ToolCall, Usage
 
-__all__ = ["CHECKPOINT_VERSION", "ApprovalRecord", "Checkpoint", "Fence", "now", "resolved"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "ApprovalRecord",
+    "Checkpoint",
+    "Fence",
+    "is_expired",
+    "now",
+    "resolved",
+]
 
 CHECKPOINT_VERSION = 1
 
@@ -66,7 +74,12 @@ class Checkpoint:
 
 @attrs.frozen(slots=True, kw_only=True)
 class ApprovalRecord:
-    """One ``needs_approval`` tool call waiting for (or given) a human decision."""
+    """One ``needs_approval`` tool call waiting for (or given) a human decision.
+
+    ``expires_at`` (seconds since the epoch; None: never) is when an undecided request is
+    denied with the reason ``"expired"``; ``resolved_by`` is who decided (the free text
+    given to ``resolve(..., by=...)``; None when not said, and for an expired request).
+    """
 
     id: str
     session_id: str | None
@@ -76,14 +89,31 @@ class ApprovalRecord:
     reason: str | None = None
     created_at: float = attrs.field(factory=now)
     resolved_at: float | None = None
+    expires_at: float | None = None
+    resolved_by: str | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_map, hash=False)
 
 
+def is_expired(record: ApprovalRecord, at: float | None = None) -> bool:
+    """Whether ``record`` is pending past its ``expires_at`` (at ``at``, default now)."""
+    return (
+        record.status == "pending"
+        and record.expires_at is not None
+        and record.expires_at <= (now() if at is None else at)
+    )
+
+
 def resolved(
-    record: ApprovalRecord | None, id: str, *, approved: bool, reason: str | None
+    record: ApprovalRecord | None,
+    id: str,
+    *,
+    approved: bool,
+    reason: str | None,
+    by: str | None = None,
 ) -> ApprovalRecord:
     """``record`` (the stored approval ``id``, or None) resolved now as approved or denied
-    with ``reason``, for a store that resolves under its own lock and writes the result.
+    with ``reason`` by ``by``, for a store that resolves under its own lock and writes the
+    result.
 
     Raises ApprovalNotFoundError when ``record`` is None and ApprovalAlreadyResolvedError
     when it is no longer pending.
@@ -99,6 +129,7 @@ def resolved(
         status="approved" if approved else "denied",
         reason=reason,
         resolved_at=now(),
+        resolved_by=by,
     )
 
 

@@ -3,19 +3,23 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator, Sequence
 
+from .approvals import EXPIRED_REASON, settle
 from .control import TurnControl, new_id
 from .errors import ConfigError
 from .events import ApprovalRequested, RunEvent, ToolCallStart, ToolResultEvent
 from .limits import Counters
 from .limits import exceeded_before_tool_call as _limit_tool
 from .messages import Message, ToolCall
-from .records import ApprovalRecord
+from .records import ApprovalRecord, now
 from .tools import ToolContext, run_tool
 from .turn_state import Emit, TurnAborted, TurnConfig, TurnEnv, TurnState, save
 
 __all__ = ["run_calls"]
+
+_log = logging.getLogger(__name__)
 
 
 def run_calls(
@@ -30,6 +34,7 @@ def run_calls(
     """Run the step's unresolved calls in order. Returns "paused", a limit name, or None."""
     decisions = _decisions(env, state)
     paused = False
+    asked: list[ApprovalRecord] = []
     for index, call in enumerate(calls):
         if ctl.signal.aborted:
             raise TurnAborted
@@ -45,13 +50,16 @@ def run_calls(
         if decision is None and tool is not None and tool.validate(call.arguments) is None:
             needs = tool.requires_approval(call.arguments)
             if needs:
-                decision = yield from _ask(env, state, call, ev)
+                decision = yield from _ask(cfg, env, state, call, ev, asked)
                 if decision is None:
                     paused = True
                     continue
         if decision is not None and not decision[0]:
-            reason = f": {decision[1]}" if decision[1] else ""
-            yield from _record(env, ctl, state, call, f"denied by a human{reason}", True, ev)
+            if decision[1] == EXPIRED_REASON:
+                text = "denied: the request for approval expired before anyone decided"
+            else:
+                text = "denied by a human" + (f": {decision[1]}" if decision[1] else "")
+            yield from _record(env, ctl, state, call, text, True, ev)
             continue
         exceeded = _limit_tool(cfg.limits, used) or _limit_tool(
             env.session_limits, env.session_used + used
@@ -74,6 +82,7 @@ def run_calls(
     if paused:
         ctl.drop_queued()  # input not applied yet leaves no trace: its callers get an error
         save(env, state, ctl, "awaiting-approval")
+        _tell(cfg, asked)
         return "paused"
     state.pending_approvals.clear()
     return None
@@ -106,6 +115,20 @@ def _skip(state: TurnState, calls: Sequence[ToolCall], text: str) -> None:
         state.recorded.append(Message("tool", text, tool_call_id=call.id, is_error=True))
 
 
+def _tell(cfg: TurnConfig, asked: list[ApprovalRecord]) -> None:
+    """Call ``on_approval_requested`` for each request this step made, now that the pause
+    is saved (a hook that raises is logged)."""
+    hook = cfg.on_approval_requested
+    if hook is None:
+        return
+    for record in asked:
+        try:
+            hook(record)
+        except Exception:
+            _log.warning("on_approval_requested raised on approval %s (tool %r); the turn is "
+                         "paused as it should be", record.id, record.call.name, exc_info=True)
+
+
 def _decisions(env: TurnEnv, state: TurnState) -> dict[str, tuple[bool, str | None]]:
     """Decisions already taken on this turn's approvals, by call id (None while pending)."""
     out: dict[str, tuple[bool, str | None]] = {}
@@ -117,6 +140,7 @@ def _decisions(env: TurnEnv, state: TurnState) -> dict[str, tuple[bool, str | No
         record = approvals.get(approval_id)
         if record is None:
             continue
+        record = settle(approvals, record)  # past its expires_at: denied as expired
         if record.status == "pending":
             still.append(approval_id)
         else:
@@ -126,7 +150,12 @@ def _decisions(env: TurnEnv, state: TurnState) -> dict[str, tuple[bool, str | No
 
 
 def _ask(
-    env: TurnEnv, state: TurnState, call: ToolCall, ev: Emit
+    cfg: TurnConfig,
+    env: TurnEnv,
+    state: TurnState,
+    call: ToolCall,
+    ev: Emit,
+    asked: list[ApprovalRecord],
 ) -> Generator[RunEvent, None, tuple[bool, str | None] | None]:
     """Ask for a decision: inline through ``approve``, or by an approval record (pause)."""
     writer = env.writer
@@ -135,11 +164,17 @@ def _ask(
             record = writer.approvals.get(approval_id)
             if record is not None and record.call.id == call.id:
                 return None  # still pending
+    tool = cfg.tools.get(call.name)
+    ttl = tool.approval_ttl_s if tool is not None and tool.approval_ttl_s else None
+    ttl = ttl or cfg.approval_ttl_s
+    created = now()
     record = ApprovalRecord(
         id=new_id(),
         session_id=state.session_id,
         checkpoint_key=state.key or "",
         call=call,
+        created_at=created,
+        expires_at=None if ttl is None else created + ttl,
     )
     if env.approve is not None:
         approved = bool(env.approve(record))
@@ -151,6 +186,7 @@ def _ask(
             "an agent, which has in-memory ones), or an approve= callback"
         )
     writer.create_approval(record)
+    asked.append(record)
     state.pending_approvals.append(record.id)
     yield from ev(ApprovalRequested, approval_id=record.id, call=call)
     return None

@@ -74,6 +74,8 @@ class Tool:
     ``"rerun"`` runs it again on resume, ``"report"`` gives the model an error result.
     ``timeout_s`` bounds one call: past it the model gets an error result saying the call
     timed out and may or may not have taken effect (the function may still be running).
+    ``approval_ttl_s``: how long a request for approval of a call waits before it is denied
+    with the reason ``"expired"`` (None: the agent's ``approval_ttl_s``, else forever).
     ``fn`` may be an ``async def`` function (``is_async``): such a tool runs only through
     :mod:`lousho_aio`, on its event loop. Build one with :func:`tool`; a ``Tool`` made by
     hand validates against its own ``parameters`` (without Enum/attrs conversion). Calling
@@ -87,6 +89,7 @@ class Tool:
     needs_approval: bool | Callable[..., bool] = False
     on_interrupted: Literal["rerun", "report"] = "rerun"
     timeout_s: float | None = None
+    approval_ttl_s: float | None = None
     _compiled: _Compiled | None = attrs.field(
         default=None, kw_only=True, repr=False, alias="_compiled"
     )
@@ -111,6 +114,14 @@ class Tool:
             or not math.isfinite(limit) or limit <= 0
         ):
             raise ConfigError(f"{where}: timeout_s must be a number of seconds > 0, got {limit!r}")
+        ttl = self.approval_ttl_s
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, (int, float))
+            or not math.isfinite(ttl) or ttl <= 0
+        ):
+            raise ConfigError(
+                f"{where}: approval_ttl_s must be a number of seconds > 0 or None, got {ttl!r}"
+            )
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
         if self._compiled is None:
             node = from_schema(self.parameters)
@@ -184,6 +195,7 @@ def _build(
     needs_approval: bool | Callable[..., bool],
     on_interrupted: Literal["rerun", "report"],
     timeout_s: float | None,
+    approval_ttl_s: float | None = None,
 ) -> Tool:
     label = getattr(fn, "__qualname__", None) or repr(fn)
     if not callable(fn):
@@ -236,6 +248,7 @@ def _build(
         needs_approval,
         on_interrupted,
         timeout_s,
+        approval_ttl_s,
         _compiled=_Compiled(node, context_param),
     )
 
@@ -268,6 +281,7 @@ def tool(
     needs_approval: bool | Callable[..., bool] = False,
     on_interrupted: Literal["rerun", "report"] = "rerun",
     timeout_s: float | None = None,
+    approval_ttl_s: float | None = None,
 ) -> Tool: ...
 
 
@@ -280,6 +294,7 @@ def tool(
     needs_approval: bool | Callable[..., bool] = False,
     on_interrupted: Literal["rerun", "report"] = "rerun",
     timeout_s: float | None = None,
+    approval_ttl_s: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -291,6 +306,7 @@ def tool(
     needs_approval: bool | Callable[..., bool] = False,
     on_interrupted: Literal["rerun", "report"] = "rerun",
     timeout_s: float | None = None,
+    approval_ttl_s: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a function, bare (``@tool``) or with options (``@tool(...)``).
 
@@ -300,11 +316,13 @@ def tool(
     written into the schema. Unsupported hints, and constraints that cannot be kept, raise
     :class:`ConfigError` here, not at call time; a function without a description warns
     (:class:`~lousho_sync.errors.LoushoWarning`) once. ``timeout_s`` bounds each call (see
-    :class:`Tool`); ``async def`` functions make tools that run through lousho_aio.
+    :class:`Tool`); ``approval_ttl_s`` how long an approval request of a call waits before
+    it is denied as expired; ``async def`` functions make tools that run through lousho_aio.
     """
 
     def decorate(f: Callable[..., Any]) -> Tool:
-        return _build(f, name, description, needs_approval, on_interrupted, timeout_s)
+        return _build(f, name, description, needs_approval, on_interrupted, timeout_s,
+                      approval_ttl_s)
 
     return decorate if fn is None else decorate(fn)
 

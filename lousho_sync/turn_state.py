@@ -46,6 +46,11 @@ class TurnConfig:
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     limits: Limits | None = None
     prices: Mapping[str, Price] | None = None
+    approval_ttl_s: float | None = None
+    """How long an approval request waits before it is denied as expired (None: forever),
+    for tools that do not set their own."""
+    on_approval_requested: Callable[[ApprovalRecord], object] | None = None
+    """Told of each approval request once it is durable (the turn's pause is saved)."""
     async_tools: tuple[str, ...] = attrs.field(
         default=attrs.Factory(
             lambda self: tuple(n for n, t in self.tools.items() if t.is_async), takes_self=True

@@ -36,7 +36,7 @@ SYNC_ONLY = {"Agent", "AgentExecutor", "AgentRun", "Approvals", "Session", "crea
 # SPEC §13: the coroutines; every other public member is plain.
 COROUTINES = {
     "AsyncAgent": {"send", "resume"},
-    "AsyncApprovals": {"resolve", "list", "get"},
+    "AsyncApprovals": {"resolve", "list", "get", "page"},
     "AsyncSession": {"send", "load", "compact", "clear", "pending", "resume",
                      "discard_pending", "undo", "fork", "set_metadata", "history"},
     "AsyncAgentRun": {"result"},

@@ -415,6 +415,29 @@ def test_a_read_only_store_fails_before_the_prompt(tmp_path: Path) -> None:
         "x", "x"]
 
 
+def test_an_encrypted_store_names_the_reason_and_opens_with_keys_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    from lousho_sync import EncryptedStore
+
+    key = EncryptedStore.generate_key()
+    db = tmp_path / "e.db"
+    create_agent(provider=ScriptedProvider(default="secret answer"),
+                 store=EncryptedStore(SqliteStore(db), keys=[key])
+                 ).session(id="u1").send("secret question")
+    for args in (["sessions", "--store", str(db), "list"],
+                 ["sessions", "--store", str(db), "show", "u1"],
+                 ["chat", "--store", str(db), "--session", "u1"]):
+        line = problem(lousho(*args, stdin="plaintext now\n", cwd=tmp_path))
+        assert "written through EncryptedStore" in line and "LOUSHO_ENCRYPTION_KEYS" in line
+    env = {**env_for(), "LOUSHO_ENCRYPTION_KEYS": key}
+    proc = lousho("sessions", "--store", str(db), "show", "u1", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "secret question" in proc.stdout and "secret answer" in proc.stdout
+    reopened = EncryptedStore(SqliteStore(db), keys=[key]).sessions.load("u1")
+    assert [m.text for m in reopened or []] == ["secret question", "secret answer"]
+
+
 def test_a_redis_store_without_the_extra_names_it(tmp_path: Path) -> None:
     fake = tmp_path / "no_redis" / "redis"
     fake.mkdir(parents=True)

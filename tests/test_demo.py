@@ -23,3 +23,22 @@ def test_lousho_demo_runs_offline_and_exits_0(tmp_path: Path) -> None:
     assert "agent> Done: sent 25.00 to Bob." in out
     assert out.rstrip().endswith("demo finished: ok")
     assert (tmp_path / "agent.db").exists()
+
+
+def test_lousho_demo_on_a_stock_python_prints_no_warning(tmp_path: Path) -> None:
+    """The standard sqlite3 module (what a stock Python has, most often with the WAL-reset
+    bug, which SqliteStore guards against) and no LOUSHO_ variable: stderr stays empty."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOUSHO_")}
+    proc = subprocess.run([sys.executable, "-m", "lousho_sync", "demo"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.rstrip().endswith("demo finished: ok")
+
+
+def test_the_install_section_names_the_sqlite_extra() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    setup = readme[readme.index("\n## Set up\n"):readme.index("\n## Quick start")]
+    assert "pip install 'lousho[sqlite]'" in setup

@@ -367,3 +367,55 @@ def test_a_decrypted_record_that_is_not_json_is_a_corrupt_record(tmp_path: Path)
             store.checkpoints.load("s1.turn-0")
         assert "checkpoint 's1.turn-0'" in str(info.value) and str(db) in str(info.value)
         assert not isinstance(info.value, StoreDecryptError)
+
+
+# --- the mark: a store written through EncryptedStore refuses plain access ----------------------
+
+
+@pytest.fixture(params=["sqlite", "files", "redis", "postgres"])
+def plain_opener(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A function opening a new plain store object of the kind on the same place."""
+    if request.param == "sqlite":
+        return lambda: SqliteStore(tmp_path / "e.db")
+    if request.param == "files":
+        from lousho_sync.stores.files import FileStore
+
+        return lambda: FileStore(tmp_path / "store")
+    if request.param == "redis":
+        from lousho_sync.redis import RedisStore
+
+        url, prefix = (request.getfixturevalue(n) for n in ("redis_url", "redis_prefix"))
+        return lambda: RedisStore(url, prefix=prefix)
+    from lousho_sync.postgres import PostgresStore
+
+    url, schema = (request.getfixturevalue(n) for n in ("postgres_url", "postgres_schema"))
+    return lambda: PostgresStore(url, schema=schema)
+
+
+def test_a_store_written_through_encrypted_store_refuses_plain_reads_and_writes(
+    plain_opener: Any,
+) -> None:
+    from lousho_sync import StoreEncryptedError
+
+    encrypted = EncryptedStore(plain_opener(), keys=[K1])
+    create_agent(provider=ScriptedProvider(default="secret answer"), store=encrypted
+                 ).session(id="u1").send("secret question")
+    plain = plain_opener()
+    agent = create_agent(provider=ScriptedProvider(default="plain"), store=plain)
+    calls = [
+        lambda: agent.session(id="u1").messages,
+        lambda: agent.session(id="u1").send("plaintext now"),
+        lambda: agent.session(id="u2").send("a new session in the same store"),
+        lambda: plain.sessions.load("u1"),
+        lambda: plain.sessions.ids(),
+        lambda: plain.approvals.list_pending(),
+        lambda: plain.checkpoints.load("u1.turn-0"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreEncryptedError, match="written through EncryptedStore") as e:
+            call()
+        assert e.value.code == "LOUSHO_STORE_ENCRYPTED"
+    # nothing was written: the encrypted session is as it was
+    again = EncryptedStore(plain_opener(), keys=[K1])
+    assert texts(again.sessions.load("u1")) == ["secret question", "secret answer"]
+    assert again.sessions.load("u2") is None

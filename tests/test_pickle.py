@@ -23,6 +23,7 @@ import pytest
 import lousho_aio
 import lousho_sync
 from lousho_sync import (
+    ApprovalPage,
     ApprovalRecord,
     ApprovalRequested,
     Checkpoint,
@@ -145,6 +146,9 @@ SAMPLES: dict[str, Any] = {
     "SessionPage": SessionPage(items=(INFO, SessionInfo(id="s-2", messages=0, created_at=1.0,
                                                         updated_at=1.0)), next="cur"),
     "ModelDone": ModelDone(ModelResponse(message=ASSISTANT, finish_reason="stop")),
+    "ApprovalPage": ApprovalPage(items=(ApprovalRecord(
+        id="ap-1", session_id="s-1", checkpoint_key="s-1.turn-0", call=ToolCall("c", "pay", {}),
+        expires_at=9.0, resolved_by="alice"),), next_cursor="cur"),
 }
 
 

@@ -73,7 +73,9 @@ EXPECTED: dict[str, list[str]] = {
     "Turn policies": ["busy: HTTP 409\nslow\n"],
     "Durable sessions and crash recovery": ["True\nPendingTurn(status='interrupted'",
                                             "It has shipped.\nNone\n"],
-    "Approvals": ["awaiting-approval", "Done: sent 25.00 to Bob.\n"],
+    "Approvals": ["awaiting-approval", "Done: sent 25.00 to Bob.\n",
+                  "asked: A-1\nasked: A-2\nasked: B-7\n['A-2', 'A-1'] None\n"
+                  "Result: denied by a human: not eligible.\nalice\n"],
     "Listing, metadata, undo and fork": [
         "notes 2 None\ntrip-oslo 6 Oslo in May\nundone: ['Actually, no hotel', 'Noted.']\n"
         "trip-oslo ['Book a flight', 'Noted.']\n4 messages ever committed"],

@@ -9,7 +9,7 @@ from typing import Literal, Protocol, Self, cast
 
 import attrs
 
-from ..errors import ConfigError, StoreConflictError
+from ..errors import ConfigError, StoreConflictError, StoreEncryptedError
 from ..ids import validate_session_id
 from ..records import ApprovalRecord, Fence
 from .base import FencedLease
@@ -22,6 +22,7 @@ __all__ = [
     "check_owner",
     "check_ttl",
     "commit_token",
+    "encrypted_refusal",
     "fence_token_of",
     "overlay",
     "resolved_at",
@@ -166,3 +167,16 @@ class Closing:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def encrypted_refusal(where: str, *, path: str | None = None,
+                      address: str | None = None) -> StoreEncryptedError:
+    """The error of a plain use of a store marked as written through EncryptedStore."""
+    return StoreEncryptedError(
+        f"the store {where} was written through EncryptedStore (it is marked so): open it "
+        "as EncryptedStore(store, keys=[...]) (the lousho command takes the keys from "
+        "LOUSHO_ENCRYPTION_KEYS); plain access would show empty texts and mix plaintext into "
+        "encrypted sessions, so it is refused",
+        path=path,
+        address=address,
+    )

@@ -29,6 +29,7 @@ from ..errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
+from ._common import encrypted_refusal
 from ._engine.backend import Backend, Translation
 
 __all__ = ["SCHEMA_VERSION", "Conn", "Db"]
@@ -142,6 +143,8 @@ class Db(Backend):
         self._ident = sql.Identifier(schema)
         self._queries: dict[str, sql.Composed] = {}
         self.ready = False
+        self.wrapped = False  # used through EncryptedStore (mark_encrypted)
+        self.mark_checked = False  # the encryption mark was checked (or written)
         self.pool: ConnectionPool[Any] | None = None
 
     def q(self, text: str) -> sql.Composed:
@@ -153,27 +156,44 @@ class Db(Backend):
         return query
 
     # --- setup --------------------------------------------------------------------------
-    def _setup(self) -> None:
+    def _setup(self, conn: Conn) -> None:
         """Create or migrate the schema (once per store); refuse a newer one."""
-        with psycopg.connect(self._conninfo, autocommit=True) as conn:
-            if self._version(conn) == SCHEMA_VERSION:
-                return
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                             (f"lousho schema {self.schema}",))
-                conn.execute(self.q("CREATE SCHEMA IF NOT EXISTS {s}"))
-                conn.execute(self.q(
-                    "CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer NOT NULL)"))
-                version = self._version(conn)  # another process may have migrated meanwhile
-                for target in range(version + 1, SCHEMA_VERSION + 1):
-                    for statement in _MIGRATIONS[target]:
-                        conn.execute(self.q(statement))
-                    _log.info("migrated the PostgreSQL store at %s (schema %s) to version %d",
-                              self.address, self.schema, target)
-                if version < SCHEMA_VERSION:
-                    conn.execute(self.q("DELETE FROM {s}.schema_version"))
-                    conn.execute(self.q("INSERT INTO {s}.schema_version VALUES (%s)"),
-                                 (SCHEMA_VERSION,))
+        if self._version(conn) == SCHEMA_VERSION:
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                         (f"lousho schema {self.schema}",))
+            conn.execute(self.q("CREATE SCHEMA IF NOT EXISTS {s}"))
+            conn.execute(self.q(
+                "CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer NOT NULL)"))
+            version = self._version(conn)  # another process may have migrated meanwhile
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[target]:
+                    conn.execute(self.q(statement))
+                _log.info("migrated the PostgreSQL store at %s (schema %s) to version %d",
+                          self.address, self.schema, target)
+            if version < SCHEMA_VERSION:
+                conn.execute(self.q("DELETE FROM {s}.schema_version"))
+                conn.execute(self.q("INSERT INTO {s}.schema_version VALUES (%s)"),
+                             (SCHEMA_VERSION,))
+
+    def mark_encrypted(self) -> None:
+        """Write the encryption mark at the next call and accept this store's use."""
+        with self.lock:
+            self.wrapped = True
+            self.mark_checked = False
+
+    def _check_mark(self, conn: Conn) -> None:
+        """Create ``<schema>.encrypted`` (wrapped) or refuse a schema that has it (plain).
+        Called holding ``lock``."""
+        if self.wrapped:
+            conn.execute(self.q("CREATE TABLE IF NOT EXISTS {s}.encrypted (since float8)"))
+            return
+        row = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".encrypted',)
+                           ).fetchone()
+        if row is not None and row[0] is not None:
+            raise encrypted_refusal(f"at {self.address} (schema {self.schema!r})",
+                                    address=self.address)
 
     def _version(self, conn: Conn) -> int:
         row = conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".schema_version',)
@@ -194,9 +214,13 @@ class Db(Backend):
     def _pool(self, session_id: str | None) -> ConnectionPool[Any]:
         with self.lock:
             self.check_open(session_id)
-            if not self.ready:
-                self._setup()
-                self.ready = True
+            if not (self.ready and self.mark_checked):
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    if not self.ready:
+                        self._setup(conn)
+                        self.ready = True
+                    self._check_mark(conn)
+                    self.mark_checked = True
             if self.pool is None:
                 self.pool = ConnectionPool(
                     self._conninfo,

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ..codec import approval_json_resolved_by
 from ..records import ApprovalRecord, Checkpoint
 from ._engine.commits import CommitOp, Conflict, Stale
 from ._postgres_db import Conn, Db
@@ -203,16 +204,23 @@ class PostgresApprovals:
         return db.run("read an approval", lambda c: c.execute(db.q(
             f"SELECT {_APPROVAL_COLUMNS} FROM {{s}}.approvals WHERE id = %s"), (id,)).fetchone())
 
-    def resolve(self, id: str, status: str, reason: str | None, at: float
+    def resolve(self, id: str, status: str, reason: str | None, at: float, by: str | None
                 ) -> Sequence[Any] | str | None:
         op = uuid.uuid4().hex  # a retry after a lost reply sees its own win
         db = self.backend
 
         def update(c: Conn) -> Sequence[Any] | str | None:
+            params: tuple[Any, ...]
+            sets, params = "", (status, reason, at, op)
+            if by is not None:
+                old = c.execute(db.q("SELECT json FROM {s}.approvals WHERE id = %s"),
+                                (id,)).fetchone()
+                if old is not None:
+                    sets, params = ", json = %s", (*params, approval_json_resolved_by(old[0], by))
             row = c.execute(db.q(
                 "UPDATE {s}.approvals SET status = %s, reason = %s, resolved_at = %s, op = %s"
-                f" WHERE id = %s AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}"),
-                (status, reason, at, op, id)).fetchone()
+                f"{sets} WHERE id = %s AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}"),
+                (*params, id)).fetchone()
             if row is not None:
                 return tuple(row)
             found = c.execute(db.q(

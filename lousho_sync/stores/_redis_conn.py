@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ..records import Fence
 from . import _redis_scripts as lua
+from ._common import encrypted_refusal
 from ._engine.backend import Backend, Translation
 
 __all__ = [
@@ -124,6 +125,8 @@ class Conn(Backend):
                         "the server is out of memory"),
         )
         self.layout_checked = False
+        self.wrapped = False  # used through EncryptedStore (mark_encrypted)
+        self.mark_checked = False  # the encryption mark was checked (or written)
         reg = self.client.register_script
         self.save_script = reg(lua.SAVE)
         self.append_script = reg(lua.APPEND)
@@ -166,9 +169,12 @@ class Conn(Backend):
         with self.lock:
             self.check_open(session_id)
             check = not self.layout_checked
+            mark = not self.mark_checked
         try:
             if check:
                 self._check_layout()
+            if mark:
+                self._check_mark()
             return fn(self.client)
         except redis_errors.RedisError as exc:
             raise self.translate(exc, what, session_id) from exc
@@ -192,6 +198,22 @@ class Conn(Backend):
         with self.lock:
             self.layout_checked = True
         _check_persistence(self.client, self.address)
+
+    def mark_encrypted(self) -> None:
+        """Write the encryption mark at the next call and accept this store's use."""
+        with self.lock:
+            self.wrapped = True
+            self.mark_checked = False
+
+    def _check_mark(self) -> None:
+        key = self.key("encrypted")
+        if self.wrapped:
+            self.client.set(key, "1")
+        elif self.client.exists(key):
+            raise encrypted_refusal(f"at {self.address} (prefix {self.prefix!r})",
+                                    address=self.address)
+        with self.lock:
+            self.mark_checked = True
 
     def corrupt(
         self, exc: Exception, what: str, session_id: str | None = None

@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from ..codec import approval_json_resolved_by
 from ..records import ApprovalRecord, Checkpoint
 from ._engine.commits import CommitOp, Conflict, Stale
 from ._redis_conn import Conn, as_str, ms, op_token
@@ -156,11 +157,16 @@ class RedisApprovals:
         row = self.backend.run("read an approval", lambda r: r.hmget(rkey, _FIELDS))
         return None if row[0] is None else row
 
-    def resolve(self, id: str, status: str, reason: str | None, at: float
+    def resolve(self, id: str, status: str, reason: str | None, at: float, by: str | None
                 ) -> Sequence[Any] | str | None:
         c, keys = self.backend, self._keys(id)
+        stamped = ""
+        if by is not None:  # the created record's JSON never changes: read it first
+            old = c.run("read an approval", lambda r: r.hget(keys[0], "json"))
+            if old is not None:
+                stamped = approval_json_resolved_by(old, by)
         args: list[Any] = [status, "0" if reason is None else "1", reason or "", repr(at), id,
-                           op_token()]
+                           op_token(), stamped]
         out = c.run("resolve an approval", lambda r: c.resolve_script(keys, args, r))
         if out[0] == 0:
             return None

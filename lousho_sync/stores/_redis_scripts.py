@@ -383,7 +383,7 @@ return {1}
 )
 
 # KEYS: record, pending index, resolved index.
-# ARGV: status, has_reason, reason, resolved_at, id, token.
+# ARGV: status, has_reason, reason, resolved_at, id, token, json with resolved_by ('' none).
 # Returns {1, json} when this call resolved it, {0} when absent, {2, status} when resolved.
 RESOLVE = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'json', 'op')
@@ -400,6 +400,10 @@ else
 end
 redis.call('ZREM', KEYS[2], ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+if ARGV[7] and ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'json', ARGV[7])
+  return {1, ARGV[7]}
+end
 return {1, cur[2]}
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,11 +27,14 @@ from ..errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
+from ._common import encrypted_refusal
 from ._engine.backend import Backend, Translation
 from ._sqlite_driver import (
     CHECKPOINT_WAL_BYTES,
-    choose_driver,
+    check_not_open_elsewhere,
+    pin_driver,
     wal_reset_affected,
+    warn_unguarded_connection,
     warn_wal_reset_once,
 )
 from ._sqlite_rows import quotes_stored_text
@@ -77,6 +81,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 """Statements that bring the schema from version ``n - 1`` to ``n``."""
 
+ENCRYPTED_APPLICATION_ID = 0x6C6F7345
+"""``PRAGMA application_id`` of a file written through EncryptedStore ("losE")."""
+
+_open_files: dict[str, int] = {}
+"""The files this process's stores hold open (real path: how many stores)."""
+_open_files_lock = threading.Lock()
+
 _T = TypeVar("_T")
 Conn = sqlite3.Connection
 """A connection (what ``Db.run`` hands its function)."""
@@ -97,7 +108,7 @@ class Db(Backend):
         where = ":memory:" if self.memory else str(Path(path).absolute())
         super().__init__(f"in the SQLite store at {where}", path=where)
         self.synchronous = _SYNCHRONOUS[synchronous]
-        self.driver = choose_driver()
+        self.driver = pin_driver(self.path)
         self.errors: type[Exception] = self.driver.Error
         self.table = (
             Translation(quotes_stored_text, StoreCorruptError,
@@ -115,7 +126,21 @@ class Db(Backend):
         self.wal = self.path + "-wal"
         self.checkpointer: Conn | None = None  # the guard's second connection, lazily
         self.unchecked = 0  # rows changed since the guard last looked at the WAL's size
-        self.conn = self._open()
+        self.wrapped = False  # used through EncryptedStore (mark_encrypted)
+        self.mark_checked = False  # the encryption mark was checked (or written)
+        self.real = None if self.memory else os.path.realpath(self.path)
+        if self.real is not None:
+            with _open_files_lock:
+                if not _open_files.get(self.real):
+                    check_not_open_elsewhere(self.driver, self.path)
+                    if self.guard:
+                        warn_unguarded_connection(self.driver, self.path)
+                _open_files[self.real] = _open_files.get(self.real, 0) + 1
+        try:
+            self.conn = self._open()
+        except BaseException:
+            self._forget()
+            raise
         if self.guard:
             warn_wal_reset_once(self.driver, self.path)
         self.level = self.synchronous  # the connection's current PRAGMA synchronous
@@ -236,6 +261,8 @@ class Db(Backend):
                 self.level = level
             changes = conn.total_changes
             try:
+                if not self.mark_checked:
+                    self._check_mark(conn)
                 result = fn(conn)
             except BaseException as exc:
                 if conn.in_transaction:
@@ -269,6 +296,23 @@ class Db(Backend):
         finally:
             self.lock.release()
 
+    def mark_encrypted(self) -> None:
+        """Mark the file as written through EncryptedStore (at the next statement) and
+        accept this store's use."""
+        with self.lock:
+            self.wrapped = True
+            self.mark_checked = False
+
+    def _check_mark(self, conn: Conn) -> None:
+        """Write the encryption mark (wrapped) or refuse a marked file (plain). Called
+        holding ``lock``."""
+        marked = conn.execute("PRAGMA application_id").fetchone()[0] == ENCRYPTED_APPLICATION_ID
+        if self.wrapped and not marked:
+            conn.execute(f"PRAGMA application_id = {ENCRYPTED_APPLICATION_ID}")
+        elif marked and not self.wrapped:
+            raise encrypted_refusal(f"at {self.path}", path=self.path)
+        self.mark_checked = True
+
     def _checkpoint_if_due(self, conn: Conn) -> None:
         """The WAL-reset guard: once the WAL passes CHECKPOINT_WAL_BYTES, checkpoint while
         a second connection holds the write lock, so no commit can restart the WAL
@@ -300,12 +344,23 @@ class Db(Backend):
         self.checkpointer = None
         self.level = self.synchronous
 
+    def _forget(self) -> None:
+        if self.real is None:
+            return
+        with _open_files_lock:
+            left = _open_files.get(self.real, 0) - 1
+            if left > 0:
+                _open_files[self.real] = left
+            else:
+                _open_files.pop(self.real, None)
+
     def close(self) -> None:
         """Close the connection (idempotent; under the lock, so no call is using it)."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
+            self._forget()
             if self.pid == os.getpid():
                 if self.checkpointer is not None:
                     self.checkpointer.close()

@@ -8,17 +8,23 @@ WAL mode and several connections that write and checkpoint: SqliteStore's multi-
 
 Two remedies, chosen per process:
 
-- A fixed library. With the ``sqlite`` extra (``pip install 'lousho[sqlite]'``) the
-  ``pysqlite3`` wheel brings its own, current SQLite; it is used automatically when the
-  standard ``sqlite3`` module links an affected library and ``pysqlite3`` does not.
-  ``LOUSHO_SQLITE_DRIVER`` (``auto``, ``sqlite3`` or ``pysqlite3``) overrides the choice.
+- A fixed library, when asked. With the ``sqlite`` extra (``pip install 'lousho[sqlite]'``)
+  the ``pysqlite3`` wheel brings its own, current SQLite; ``LOUSHO_SQLITE_DRIVER=pysqlite3``
+  uses it. The default (``auto`` or ``sqlite3``) is the standard ``sqlite3`` module: two
+  SQLite libraries in one process that open the same file break each other's POSIX locks
+  (closing a file in one releases the other's locks), and a plain ``sqlite3.connect`` of the
+  file anywhere in the process (an admin view, a health check) then loses acknowledged
+  commits. So one process uses one library for every store (:func:`pin_driver`), and a
+  store on ``pysqlite3`` refuses a file that the process already holds open otherwise.
 - A checkpoint discipline that cannot race, used when the library in use is affected:
   every connection runs with ``wal_autocheckpoint = 0``, and the store checkpoints itself
   (``PASSIVE``) once the WAL passes :data:`CHECKPOINT_WAL_BYTES`, from a second connection
   while holding SQLite's own write lock (``BEGIN IMMEDIATE``), which every writer takes.
   No commit, hence no WAL restart, can run during a checkpoint. The checkpoint SQLite runs
   when the last connection closes holds an exclusive lock on the file, so it cannot race
-  either. Programs other than lousho that write the same file are not covered.
+  either. Being guarded, this is logged at INFO, not warned about. Programs other than
+  lousho that write the same file are not covered: when the process already holds the file
+  open through a connection of its own, a store warns (StoreDurabilityWarning).
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from ..errors import ConfigError, StoreDurabilityWarning
 __all__ = [
     "CHECKPOINT_WAL_BYTES",
     "DRIVER_ENV",
+    "check_not_open_elsewhere",
     "choose_driver",
+    "pin_driver",
+    "warn_unguarded_connection",
     "warn_wal_reset_once",
     "wal_reset_affected",
 ]
@@ -78,8 +87,9 @@ def choose_driver(
     load_alternative: Callable[[], ModuleType | None] = _load_pysqlite3,
 ) -> ModuleType:
     """The DB-API module to use: ``setting`` (default: the ``LOUSHO_SQLITE_DRIVER``
-    environment variable, else ``auto``). ``auto`` takes ``pysqlite3`` only when it is
-    installed, unaffected by the WAL-reset bug, and the standard module is affected."""
+    environment variable, else ``auto``). ``auto`` and ``sqlite3`` take the standard
+    module; ``pysqlite3`` the ``sqlite`` extra's (one library per process: see the module's
+    notes)."""
     choice = (setting if setting is not None else os.environ.get(DRIVER_ENV, "auto")) or "auto"
     if choice not in ("auto", "sqlite3", "pysqlite3"):
         raise ConfigError(
@@ -87,41 +97,113 @@ def choose_driver(
         )
     if choice == "sqlite3":
         return stdlib
+    if choice != "pysqlite3":
+        return stdlib
     alternative = load_alternative()
-    if choice == "pysqlite3":
-        if alternative is None:
+    if alternative is None:
+        raise ConfigError(
+            f"{DRIVER_ENV}=pysqlite3 but pysqlite3 is not installed: "
+            "pip install 'lousho[sqlite]'"
+        )
+    return alternative
+
+
+_pinned: ModuleType | None = None
+_pinned_pid = 0
+_pin_lock = threading.Lock()
+
+
+def pin_driver(path: str) -> ModuleType:
+    """The library every SqliteStore of this process uses: :func:`choose_driver` the first
+    time, the same module afterwards. A later different choice (``LOUSHO_SQLITE_DRIVER``
+    changed while stores are in use) is a ConfigError naming both."""
+    global _pinned, _pinned_pid
+    chosen = choose_driver()
+    with _pin_lock:
+        if _pinned is None or _pinned_pid != os.getpid():
+            _pinned, _pinned_pid = chosen, os.getpid()
+        elif chosen is not _pinned:
             raise ConfigError(
-                f"{DRIVER_ENV}=pysqlite3 but pysqlite3 is not installed: "
-                "pip install 'lousho[sqlite]'"
+                f"cannot open {path} through {chosen.__name__}: this process already uses "
+                f"{_pinned.__name__} for SQLite stores, and two SQLite libraries in one "
+                "process break each other's file locks (acknowledged commits are lost); "
+                f"set {DRIVER_ENV} once, before the first store opens"
             )
-        return alternative
-    if (
-        alternative is not None
-        and wal_reset_affected(stdlib.sqlite_version_info)
-        and not wal_reset_affected(alternative.sqlite_version_info)
-    ):
-        return alternative
-    return stdlib
+        return _pinned
+
+
+def _open_in_process(paths: tuple[str, ...]) -> bool:
+    """Whether this process holds one of ``paths`` open (Linux's /proc; False elsewhere)."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target in paths:
+            return True
+    return False
+
+
+def check_not_open_elsewhere(driver: ModuleType, path: str) -> None:
+    """Refuse ``path`` when ``driver`` is not the standard module and this process already
+    holds the file (or its WAL) open while no SqliteStore of this process has it open:
+    then another SQLite library (most likely the standard ``sqlite3`` module) has it, and
+    the two would break each other's locks. Called before a store's first connection."""
+    if driver is sqlite3:
+        return
+    real = os.path.realpath(path)
+    if _open_in_process((real, real + "-wal", real + "-shm")):
+        raise ConfigError(
+            f"{path} is already open in this process through another SQLite library (most "
+            f"likely the standard sqlite3 module), and this store uses {driver.__name__}: "
+            "two SQLite libraries on one file in one process break each other's locks and "
+            f"lose acknowledged commits. Close the other connection, or set {DRIVER_ENV}="
+            "sqlite3 so that the store uses the standard module too"
+        )
 
 
 def warn_wal_reset_once(driver: ModuleType, path: str) -> None:
-    """Warn (once per process) that ``driver`` links a SQLite with the WAL-reset bug and
-    that the checkpoint discipline is on."""
+    """Say (once per process) that ``driver`` links a SQLite with the WAL-reset bug and that
+    the checkpoint discipline guards against it: an INFO log record, nothing more, since
+    the store's own connections are covered (see :func:`warn_unguarded_connection` for the
+    case it cannot cover)."""
     global _warned
     with _warn_lock:
         if _warned:
             return
         _warned = True
+    _log.info(
+        "SQLite %s (used by %s, opened for %s) has the WAL-reset bug (fixed in SQLite "
+        "3.51.3, 3.50.7 and 3.44.6); SqliteStore guards its own connections by "
+        "checkpointing only while holding the write lock. Programs other than lousho that "
+        "write the same file are not covered; a fixed SQLite: pip install 'lousho[sqlite]' "
+        "and %s=pysqlite3", driver.sqlite_version, driver.__name__, path, DRIVER_ENV)
+
+
+def warn_unguarded_connection(driver: ModuleType, path: str) -> None:
+    """Warn (StoreDurabilityWarning) when ``driver`` links an affected SQLite and this
+    process already holds ``path`` open through a connection that is not a SqliteStore's
+    (the caller checks that none is): that connection's automatic checkpoints can race a
+    store's commits, which the store cannot prevent. Linux only (``/proc``)."""
+    if not wal_reset_affected(driver.sqlite_version_info):
+        return
+    real = os.path.realpath(path)
+    if not _open_in_process((real, real + "-wal", real + "-shm")):
+        return
     text = (
-        f"SQLite {driver.sqlite_version} (used by {driver.__name__}, opened for {path}) has "
-        "the WAL-reset bug, which can corrupt a WAL database shared by several connections "
-        "(fixed in SQLite 3.51.3, 3.50.7 and 3.44.6). SqliteStore works around it by "
-        "checkpointing only while holding the write lock; programs other than lousho that "
-        "write the same file are not covered. Install a fixed SQLite with "
-        "pip install 'lousho[sqlite]'."
+        f"{path} is already open in this process through a connection lousho did not make, "
+        f"and SQLite {driver.sqlite_version} has the WAL-reset bug: that connection's "
+        "automatic checkpoints can race the store's commits and corrupt the file, which "
+        "SqliteStore cannot prevent. Write the file only through SqliteStore, or run "
+        "PRAGMA wal_autocheckpoint=0 on that connection, or use a fixed SQLite (pip install "
+        f"'lousho[sqlite]' and {DRIVER_ENV}=pysqlite3)."
     )
     _log.warning("%s", text)
-    warnings.warn(text, StoreDurabilityWarning, stacklevel=4)
+    warnings.warn(text, StoreDurabilityWarning, stacklevel=5)
 
 
 def reset_warning_for_tests() -> None:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..codec import approval_json_resolved_by
 from ..records import ApprovalRecord, Checkpoint
 from ._engine.commits import CommitOp, Conflict, Stale
 from ._sqlite_db import SPAN, Conn, Db
@@ -264,13 +265,19 @@ class SqliteApprovals:
             ).fetchone(),
         )
 
-    def resolve(self, id: str, status: str, reason: str | None, at: float
+    def resolve(self, id: str, status: str, reason: str | None, at: float, by: str | None
                 ) -> Sequence[Any] | str | None:
         def update(c: Conn) -> Sequence[Any] | str | None:
+            params: tuple[Any, ...]
+            sets, params = "", (status, reason, at)
+            if by is not None:
+                old = c.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
+                if old is not None:
+                    sets, params = ", json = ?", (*params, approval_json_resolved_by(old[0], by))
             row = c.execute(
-                "UPDATE approvals SET status = ?, reason = ?, resolved_at = ?"
+                f"UPDATE approvals SET status = ?, reason = ?, resolved_at = ?{sets}"
                 f" WHERE id = ? AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}",
-                (status, reason, at, id),
+                (*params, id),
             ).fetchone()
             if row is not None:
                 return tuple(row)

@@ -110,7 +110,9 @@ class ApprovalStore(Protocol):
 
     def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
         """Resolve once: exactly one caller wins; the others get
-        ``ApprovalAlreadyResolvedError``; an unknown id raises ``ApprovalNotFoundError``."""
+        ``ApprovalAlreadyResolvedError``; an unknown id raises ``ApprovalNotFoundError``.
+        The built-in stores also take ``by=`` (kept as the record's ``resolved_by``, written
+        with the decision); the agent passes it only when one is given."""
         ...
 
     def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:

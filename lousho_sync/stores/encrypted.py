@@ -29,6 +29,11 @@ a key not given raises :class:`~lousho_sync.errors.StoreDecryptError` naming the
 the record; never garbage. What cannot be detected: a record replaced by an older version
 of itself (a rollback), or a transcript cut short at its end.
 
+The store is marked as written through EncryptedStore (the built-in stores' ``mark_encrypted``:
+SQLite's ``application_id``, a PostgreSQL table, a Redis key, a file): a plain store object
+then refuses every read and write of it with
+:class:`~lousho_sync.errors.StoreEncryptedError`.
+
 Keys: ``keys[0]`` encrypts, every key decrypts (rotation: put the new key first, keep the
 old ones while records written under them exist; each write re-encrypts what it writes).
 """
@@ -48,6 +53,7 @@ from typing import Any, Self, TypeVar
 
 import attrs
 
+from ..approvals import expire_due
 from ..catalog import (
     MAX_METADATA_BYTES,
     SessionInfo,
@@ -72,6 +78,7 @@ from ..errors import (
 from ..messages import Message, ToolCall
 from ..records import ApprovalRecord, Checkpoint, Fence
 from ..results import PruneResult
+from ._common import check_older_than
 from .base import turn_committer
 
 __all__ = [
@@ -340,8 +347,11 @@ class _Sealer:
 
     # --- approvals ----------------------------------------------------------------------
 
-    def seal_reason(self, id: str, status: str, reason: str | None) -> str:
-        return self.seal(json.dumps({"reason": reason}), record_aad("approval-reason", id, status))
+    def seal_reason(self, id: str, status: str, reason: str | None, by: str | None = None) -> str:
+        sealed: dict[str, str | None] = {"reason": reason}
+        if by is not None:
+            sealed["by"] = by
+        return self.seal(json.dumps(sealed), record_aad("approval-reason", id, status))
 
     def seal_approval(self, r: ApprovalRecord) -> ApprovalRecord:
         token = self.seal(dumps_approval(r), record_aad("approval", r.id))
@@ -373,8 +383,10 @@ class _Sealer:
         if not isinstance(reason, dict) or not isinstance(reason.get("reason"), (str, type(None))):
             raise StoreCorruptError(f"{reason_what} in {self.name} is not readable",
                                     path=self.path, address=self.address, session_id=sid)
+        by = reason.get("by")
         return attrs.evolve(record, status=env.status, reason=reason["reason"],
-                            resolved_at=env.resolved_at)
+                            resolved_at=env.resolved_at,
+                            resolved_by=by if isinstance(by, str) else None)
 
 
 def _max_plain_metadata() -> int:
@@ -603,11 +615,14 @@ class EncryptedApprovalStore(_Part):
         env = self._inner.get(id)
         return None if env is None else self._sealer.open_approval(id, env)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once in the inner store (its errors as they are)."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once in the inner store (its errors as they are); ``by`` is sealed with
+        the reason."""
         status = "approved" if approved else "denied"
         env = self._inner.resolve(id, approved=approved,
-                                  reason=self._sealer.seal_reason(id, status, reason))
+                                  reason=self._sealer.seal_reason(id, status, reason, by))
         return self._sealer.open_approval(id, env)
 
     def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
@@ -661,9 +676,13 @@ class _StoreCommit:
 
 class _StorePrune:
     _inner: Any
+    approvals: Any
 
     def prune(self, older_than_s: float) -> PruneResult:
-        """The inner store's prune (it works on the plain times)."""
+        """Deny the expired approvals (their expiry is sealed), then the inner store's
+        prune (it works on the plain times)."""
+        check_older_than(older_than_s)
+        expire_due(self.approvals)
         result: PruneResult = self._inner.prune(older_than_s)
         return result
 
@@ -707,8 +726,11 @@ class EncryptedStore:
                 f"EncryptedStore wraps a store with sessions/checkpoints/approvals (an "
                 f"AgentStore, SqliteStore, …), got {type(inner).__name__}"
             )
-        self._inner = inner
         self.keyring = Keyring(keys)
+        self._inner = inner
+        mark = getattr(inner, "mark_encrypted", None)
+        if callable(mark):  # the built-in stores: plain access to them is refused from now
+            mark()
         self._sealer = sealer = _Sealer(self.keyring, inner)
         sessions = getattr(inner, "sessions", None)
         checkpoints = getattr(inner, "checkpoints", None)

@@ -48,7 +48,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ from .._message_form import (
     field_of,
     load_message_list,
 )
+from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import (
     dumps_approval,
@@ -86,7 +87,14 @@ from ..errors import (
 from ..ids import is_session_id
 from ..messages import Message
 from ..results import PruneResult
-from ._common import check_length, check_older_than, check_owner, check_ttl, validate_session_id
+from ._common import (
+    check_length,
+    check_older_than,
+    check_owner,
+    check_ttl,
+    encrypted_refusal,
+    validate_session_id,
+)
 from ._lease import make_owner, poll_until
 from .base import ApprovalRecord, Checkpoint, Fence, StorageService, now, resolved
 
@@ -193,6 +201,39 @@ def _names(directory: Path, folder: str) -> list[str]:
     return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
 
 
+class _EncryptionMark:
+    """The file ``<root>/encrypted`` of a FileStore written through EncryptedStore: written
+    at the first use after ``mark_encrypted``; a plain FileStore refuses a root that has it
+    (checked once, at its first use). Thread-safe: ``lock`` guards the flags."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "encrypted"
+        self.wrapped = False
+        self.checked = False
+        self.lock = threading.Lock()
+
+    def mark(self) -> None:
+        with self.lock:
+            self.wrapped, self.checked = True, False
+
+    def __call__(self) -> None:
+        if self.checked:
+            return
+        with self.lock:
+            if self.checked:
+                return
+            try:
+                if self.wrapped:
+                    if not self.path.exists():
+                        _atomic_write(self.path, b"written through lousho's EncryptedStore\n")
+                elif self.path.exists():
+                    root = str(self.path.parent)
+                    raise encrypted_refusal(f"at {root}", path=root)
+            except OSError as exc:
+                raise _unavailable("mark", self.path, exc) from exc
+            self.checked = True
+
+
 class FileStorage:
     """A :class:`~lousho_sync.stores.base.StorageService` over the directory ``root``.
 
@@ -208,6 +249,7 @@ class FileStorage:
     ) -> None:
         self._root = Path(root)
         self._lock_timeout_s = lock_timeout_s
+        self._guard: Callable[[], None] | None = None  # FileStore's encryption mark
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self._root)!r})"
@@ -219,6 +261,8 @@ class FileStorage:
 
     def path_for(self, key: str) -> Path:
         """The file that holds ``key`` (StoreError for a key that breaks the rule)."""
+        if self._guard is not None:
+            self._guard()
         if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
             raise StoreError(
                 f"invalid storage key {key!r} under {self._root}: a key is a name or "
@@ -257,6 +301,8 @@ class FileStorage:
 
     def list(self, prefix: str = "") -> list[str]:
         """Keys starting with ``prefix``, sorted."""
+        if self._guard is not None:
+            self._guard()
         folder, sep, _ = prefix.partition("/")
         try:
             if sep:
@@ -435,18 +481,26 @@ class FileSessionStore:
     def __init__(
         self, dir: str | os.PathLike[str], *, lock_timeout_s: float = _DEFAULT_LOCK_TIMEOUT_S
     ) -> None:
-        self._dir = Path(dir)
+        self._path = Path(dir)
+        self._guard: Callable[[], None] | None = None  # FileStore's encryption mark
         self._lock_timeout_s = lock_timeout_s
         self._leases_lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
 
     def __repr__(self) -> str:
-        return f"FileSessionStore({str(self._dir)!r})"
+        return f"FileSessionStore({str(self._path)!r})"
+
+    @property
+    def _dir(self) -> Path:
+        """The directory, for every file operation (the encryption mark is checked first)."""
+        if self._guard is not None:
+            self._guard()
+        return self._path
 
     @property
     def dir(self) -> Path:
         """The directory holding the session files."""
-        return self._dir
+        return self._path
 
     def path_for(self, id: str) -> Path:
         """The file of session ``id`` (InvalidSessionIdError for a bad id)."""
@@ -1122,13 +1176,16 @@ class StorageServiceApprovalStore:
         """The record, or None."""
         return self._read(id) if self._valid(id) else None
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once across threads and processes: the winner gets the resolved record,
-        later callers ApprovalAlreadyResolvedError; an unknown id ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once across threads and processes (by ``by``): the winner gets the
+        resolved record, later callers ApprovalAlreadyResolvedError; an unknown id
+        ApprovalNotFoundError."""
         if not self._valid(id):
             raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
         with self._storage.lock(f"{self._PREFIX}{id}"):
-            record = resolved(self._read(id), id, approved=approved, reason=reason)
+            record = resolved(self._read(id), id, approved=approved, reason=reason, by=by)
             self._storage.put(f"{self._PREFIX}{id}.json", dumps_approval(record).encode())
         return record
 
@@ -1155,10 +1212,18 @@ class FileStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._mark = _EncryptionMark(self.root)
         storage = FileStorage(self.root / "state")
+        storage._guard = self._mark
         self.sessions = FileSessionStore(self.root / "sessions")
+        self.sessions._guard = self._mark
         self.checkpoints = LocalStorageCheckpointStore(storage)
         self.approvals = StorageServiceApprovalStore(storage)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the root (the file ``encrypted``, at the next
+        use) as written through it, and accept this object's use."""
+        self._mark.mark()
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions not updated within ``older_than_s`` seconds (their catalog
@@ -1166,6 +1231,7 @@ class FileStore:
         modified that long and approvals resolved that long ago; pending approvals are
         kept. Returns the counts."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         sessions = 0
         owner = make_owner()

@@ -238,10 +238,12 @@ class InMemoryApprovalStore:
         """The record, or None."""
         return self._data.get(id)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once; later calls raise ApprovalAlreadyResolvedError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once (by ``by``); later calls raise ApprovalAlreadyResolvedError."""
         with self._lock:
-            record = resolved(self._data.get(id), id, approved=approved, reason=reason)
+            record = resolved(self._data.get(id), id, approved=approved, reason=reason, by=by)
             self._data[id] = record
             return record
 

@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'lousho[postgres]'"
     ) from exc
 
+from ..approvals import expire_due
 from ..catalog import (
     SessionInfo,
     SessionPage,
@@ -514,6 +515,7 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
         approvals resolved that long ago; pending approvals and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         db = self._db
 
         def delete_old(c: Conn) -> PruneResult:
@@ -536,6 +538,11 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
             return PruneResult(0 if row is None else int(row[0]), checkpoints, approvals)
 
         return db.run("prune", delete_old)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the schema (its ``encrypted`` table, at the next
+        call) as written through it, and accept this object's use."""
+        self._db.mark_encrypted()
 
     def close(self) -> None:
         """Close the connection pool (idempotent)."""

@@ -4,6 +4,8 @@ Keys, all under ``prefix`` (default ``"lousho:"``)::
 
     layout                    "3": the key layout this release writes (newer is refused;
                               layouts 1 and 2 are taken as 3, see below)
+    encrypted                 "1" when the store was written through EncryptedStore (then a
+                              plain RedisStore refuses it: StoreEncryptedError)
     revision                  a store-wide counter; every transcript write takes a value
     session:<id>              list, one codec JSON string per message (RPUSH per turn)
     session-meta:<id>         hash {rev, op}: the transcript's revision, the last append's token
@@ -76,6 +78,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs the redis package: pip install 'lousho[redis]'") from exc
 
+from ..approvals import expire_due
 from ..catalog import (
     Cursor,
     SessionInfo,
@@ -461,6 +464,7 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
         session written meanwhile is kept."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         c = self._c
 
@@ -517,6 +521,11 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
             return removed
 
         return self._c.run("prune", remove)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the store (the ``encrypted`` key, at the next
+        call) as written through it, and accept this object's use."""
+        self._c.mark_encrypted()
 
     def close(self) -> None:
         """Close the store (idempotent); a client passed in stays open."""

@@ -51,12 +51,14 @@ path, the session and the message, never the stored content (nor does any except
 to it). SQLite keeps no checksums: a changed byte inside a text that stays valid JSON goes
 unseen; ``PRAGMA integrity_check`` finds structural damage.
 
-The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): with the
-``sqlite`` extra a fixed SQLite (pysqlite3) is used automatically; otherwise, when the linked
+The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): when the linked
 SQLite is affected, the store warns once (StoreDurabilityWarning), turns SQLite's automatic
 checkpoints off and checkpoints itself from a second connection holding the write lock, so
-no commit can restart the WAL during a checkpoint. ``LOUSHO_SQLITE_DRIVER`` (``auto``,
-``sqlite3``, ``pysqlite3``) overrides the choice.
+no commit can restart the WAL during a checkpoint. ``LOUSHO_SQLITE_DRIVER=pysqlite3`` uses
+the ``sqlite`` extra's fixed SQLite instead (the default, ``auto`` or ``sqlite3``, is the
+standard module). One process uses one library for all its stores: two SQLite libraries on
+one file in one process break each other's locks and lose commits, so a store on
+``pysqlite3`` refuses a file the process holds open through another library (ConfigError).
 
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
@@ -74,6 +76,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import dumps_message
 from ..errors import SessionExistsError, StoreCorruptError
@@ -413,6 +416,7 @@ class SqliteStore(CommitRules, LeaseForwarding, Closing):
         approvals resolved that long ago; pending approvals and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        expire_due(self.approvals)
 
         def delete_old(c: Conn) -> PruneResult:
             now = time.time()
@@ -434,6 +438,11 @@ class SqliteStore(CommitRules, LeaseForwarding, Closing):
             return result
 
         return self._db.run("prune", delete_old)
+
+    def mark_encrypted(self) -> None:
+        """Called by EncryptedStore: mark the file (``PRAGMA application_id``, at the next
+        statement) as written through it, and accept this object's use."""
+        self._db.mark_encrypted()
 
     def close(self) -> None:
         """Close the database (idempotent)."""

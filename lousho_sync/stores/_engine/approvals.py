@@ -40,9 +40,12 @@ class ApprovalOps(Protocol):
         """The stored row of ``id``, or None."""
         ...
 
-    def resolve(self, id: str, status: str, reason: str | None, at: float) -> Row | str | None:
-        """Resolve ``id`` if pending (one statement or script): its row as resolved; the
-        status it had when it was not pending; None when there is no ``id``."""
+    def resolve(self, id: str, status: str, reason: str | None, at: float, by: str | None
+                ) -> Row | str | None:
+        """Resolve ``id`` if pending (one statement or script; with ``by``, the record's
+        JSON stamped by :func:`~lousho_sync.codec.approval_json_resolved_by` in the same
+        write): its row as resolved; the status it had when it was not pending; None when
+        there is no ``id``."""
         ...
 
     def pending(self, session_id: str | None) -> list[tuple[str, Row]]:
@@ -73,11 +76,14 @@ class ApprovalRules:
         row = self._ops.row(id)
         return None if row is None else self._record(id, row)
 
-    def resolve(self, id: str, *, approved: bool, reason: str | None = None) -> ApprovalRecord:
-        """Resolve once: one caller wins; the others get ApprovalAlreadyResolvedError;
-        an unknown id raises ApprovalNotFoundError."""
+    def resolve(
+        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
+    ) -> ApprovalRecord:
+        """Resolve once (by ``by``, written into the record's JSON in the same write): one
+        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
+        ApprovalNotFoundError."""
         status = "approved" if approved else "denied"
-        out = self._ops.resolve(id, status, reason, time.time())
+        out = self._ops.resolve(id, status, reason, time.time(), by)
         if out is None:
             raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
         if isinstance(out, str):
