@@ -456,16 +456,15 @@ class PostgresSessionStore(LeaseRules, AppendRules):
 
 
 class PostgresCheckpointStore(CheckpointRules):
-    """Checkpoints as opaque JSON by key (unknown fields round-trip); writes take
-    ``fence=`` (``fenced``). Thread-safe."""
+    """The ``checkpoints`` table of a PostgresStore (the rules: the engine's)."""
 
     def __init__(self, db: Db) -> None:
         self._ops = PostgresCheckpoints(db)
 
 
 class PostgresApprovalStore(ApprovalRules):
-    """Approval records; ``resolve`` is one conditional UPDATE, so exactly one caller across
-    threads and processes wins; ``create`` takes ``fence=`` (``fenced``). Thread-safe."""
+    """The ``approvals`` table of a PostgresStore; ``resolve`` is one ``UPDATE ... WHERE
+    status = 'pending'`` carrying an op token."""
 
     def __init__(self, db: Db) -> None:
         self._ops = PostgresApprovals(db)

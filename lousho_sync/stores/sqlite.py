@@ -368,16 +368,15 @@ class SqliteSessionStore(LeaseRules, AppendRules):
 
 
 class SqliteCheckpointStore(CheckpointRules):
-    """Checkpoints as opaque JSON by key (unknown fields round-trip); writes take
-    ``fence=`` (``fenced``). Thread-safe."""
+    """Checkpoints of a SqliteStore, one ``WITHOUT ROWID`` row each; progress checkpoints
+    of a running turn ride on the next sync."""
 
     def __init__(self, db: Db) -> None:
         self._ops = SqliteCheckpoints(db)
 
 
 class SqliteApprovalStore(ApprovalRules):
-    """Approval records; ``resolve`` is one conditional UPDATE, so exactly one caller across
-    threads and processes wins; ``create`` takes ``fence=`` (``fenced``). Thread-safe."""
+    """Approval rows of a SqliteStore; ``resolve`` is one conditional UPDATE."""
 
     def __init__(self, db: Db) -> None:
         self._ops = SqliteApprovals(db)
