@@ -79,6 +79,11 @@ class AsyncAgent:
         return self._agent.compaction
 
     @property
+    def store(self) -> AnyStore | None:
+        """The store given to ``create_agent`` (None: each session keeps its own)."""
+        return self._agent.store
+
+    @property
     def approval_ttl_s(self) -> float | None:
         """How long an approval request waits before it is denied as expired."""
         return self._agent.approval_ttl_s

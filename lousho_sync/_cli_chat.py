@@ -14,14 +14,51 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from .errors import ProviderError
 from .events import RunDone, TextDelta, ToolCallStart
+from .providers.base import ModelRequest
+from .providers.scripted import ScriptedProvider, Step
 from .session import Session
 from .signal import AbortController
 
-__all__ = ["EXIT_INTERRUPTED", "chat_loop", "pending_note"]
+__all__ = ["EXIT_INTERRUPTED", "ChatEnded", "chat_loop", "pending_note", "scripted_model"]
 
 EXIT_INTERRUPTED = 130
 HELP = "/history /retry /discard /clear /compact /exit; Ctrl-C aborts a turn"
+
+
+class ChatEnded(Exception):
+    """A failure that ends the chat (exit code 1), such as an API key the provider refused;
+    the message is one line with a hint."""
+
+
+def _refused_key(exc: BaseException, session: Session) -> ChatEnded | None:
+    """ChatEnded when ``exc`` is the provider refusing the API key (HTTP 401): every later
+    turn would fail the same way."""
+    if not isinstance(exc, ProviderError) or exc.status != 401:
+        return None
+    name = exc.provider or "the provider"
+    variable = f"{exc.provider.upper()}_API_KEY" if exc.provider else "the API key variable"
+    kept = ("its turn is pending: /retry it once the key is fixed" if session.pending()
+            else "the transcript is as it was")
+    return ChatEnded(f"{name} refused the API key (HTTP 401): check {variable} (or chat "
+                     f"offline with --model scripted); {kept}")
+
+
+def _scripted_answer(request: ModelRequest) -> Step:
+    """The offline model of ``--model scripted``: it says what it got, streamed word by word;
+    asked to compact, it writes a short summary."""
+    if "compact the earlier part of a conversation" in (request.system or ""):
+        users = sum(1 for m in request.messages if m.role == "user")
+        return Step(text=f"The user sent {users} message(s) to a scripted model.")
+    last = list(request.messages)[-1].text if request.messages else ""
+    words = f"(scripted) You said: {last}".split(" ")
+    return Step(chunks=[w + " " for w in words[:-1]] + words[-1:])
+
+
+def scripted_model() -> ScriptedProvider:
+    """The provider of ``lousho chat --model scripted``: offline, no key, no network."""
+    return ScriptedProvider(default=_scripted_answer)
 
 
 def pending_note(session: Session) -> str | None:
@@ -170,6 +207,9 @@ class _Chat:
             with self.ctrl_c.aborting(lambda: controller.abort("Ctrl-C")):
                 result = self.session.resume(signal=controller.signal)
         except Exception as exc:  # shown, and the chat goes on
+            ended = _refused_key(exc, self.session)
+            if ended is not None:
+                raise ended from exc
             self.say(f"  error: {exc}")
             self.note_pending()
             return False
@@ -220,6 +260,9 @@ class _Chat:
             except Exception as exc:
                 failed = exc
         if failed is not None:
+            ended = _refused_key(failed, self.session)
+            if ended is not None:
+                raise ended from failed
             self.say(f"  error: {failed}")
             if not self.note_pending():
                 self.say("  (nothing of this turn was kept: the transcript is as it was)")
@@ -269,13 +312,18 @@ def chat_loop(session: Session, stdin: TextIO, out: TextIO) -> int:
                 chat.say("  (transcript cleared)")
             elif text == "/compact":
                 before = len(session.messages)
-                session.compact()
-                chat.say(f"  (compacted {before} -> {len(session.messages)} messages)")
+                if session.compact():
+                    chat.say(f"  (compacted {before} -> {len(session.messages)} messages)")
+                else:
+                    chat.say(f"  (nothing was compacted: {before} messages, and compaction "
+                             "keeps the last 8)")
             elif text.startswith("/") and " " not in text:
                 chat.say(f"  unknown command {text}: {HELP}")
             else:
                 chat.turn(text)
         except KeyboardInterrupt:  # Ctrl-C between two turns' steps: back to the prompt
             chat.say("\n  (interrupted)")
+        except (ChatEnded, BrokenPipeError):
+            raise
         except Exception as exc:  # a store or session failure: shown, the chat goes on
             chat.say(f"  error: {exc}")

@@ -42,8 +42,9 @@ class StoreProblem(Exception):
 
 
 def shown(path: str) -> str:
-    """``path`` as the command prints it: a URL's password replaced by ``***``."""
-    return re.sub(r"^([a-z]+://[^/@:]*):[^/@]*@", r"\1:***@", path)
+    """``path`` as the command prints it: a URL's password replaced by ``***`` (any scheme;
+    the password may hold ``@``: everything up to the last ``@`` of the authority)."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/]*@", r"\1:***@", path)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -59,7 +60,7 @@ def _kind(path: str, *, create: bool) -> str:
     if path.startswith(URL_SCHEMES):
         return "redis"
     if "://" in path:
-        raise StoreProblem(f"{path!r}: unknown store URL; lousho stores are redis://, "
+        raise StoreProblem(f"{shown(path)!r}: unknown store URL; lousho stores are redis://, "
                            "rediss://, unix:// or postgresql:// URLs, .db files and directories")
     p = Path(path)
     if p.is_dir():
@@ -106,7 +107,7 @@ def open_store(path: str, *, create: bool = True) -> Any:
             try:
                 from .redis import RedisStore
             except ImportError as exc:
-                raise StoreProblem(f"the store {path!r} needs the redis package: "
+                raise StoreProblem(f"the store {shown(path)!r} needs the redis package: "
                                    "pip install 'lousho[redis]'") from exc
             store = _maybe_encrypted(RedisStore(path))
             store.sessions.ids()  # connects now, so a bad URL is reported before anything
@@ -121,7 +122,7 @@ def open_store(path: str, *, create: bool = True) -> Any:
     except StoreProblem:
         raise
     except Exception as exc:  # every store failure becomes one line, no traceback
-        raise StoreProblem(f"cannot open the store {path!r}: {_one_line(exc)}") from exc
+        raise StoreProblem(f"cannot open the store {shown(path)!r}: {_one_line(exc)}") from exc
 
 
 KEYS_ENV = "LOUSHO_ENCRYPTION_KEYS"

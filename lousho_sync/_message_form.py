@@ -57,14 +57,32 @@ if _c_make_encoder is not None:
         True,
     )
 
-    def encode(value: object) -> str:
+    def _encode(value: object) -> str:
         return "".join(_c_encode(value, 0))
 
 else:  # pragma: no cover - CPython always has the C encoder
     _PY_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_json_default)
 
-    def encode(value: object) -> str:
+    def _encode(value: object) -> str:
         return _PY_ENCODER.encode(value)
+
+
+def encode(value: object) -> str:
+    """``value`` as compact ASCII JSON. ValueError when a str in it holds a surrogate code
+    point: JSON would give a surrogate pair back as one character, so no store keeps it
+    unchanged (checked only when the output holds a ``\\ud…`` escape, as astral
+    characters and surrogates do)."""
+    text = _encode(value)
+    if "\\ud" in text:
+        try:
+            json.dumps(value, ensure_ascii=False, default=_json_default).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            char = exc.object[exc.start]
+            raise ValueError(
+                f"it holds the surrogate code point U+{ord(char):04X}, which no store keeps "
+                "unchanged (give Unicode characters only)"
+            ) from None
+    return text
 
 
 _scan_once: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009 - not in typeshed

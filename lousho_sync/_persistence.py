@@ -41,6 +41,15 @@ def commit_turn(
     store = st.store
     history = st.messages
     fence = hold.fence() if hold is not None else None
+    if st.repaired:  # the transcript with its repair, then the turn: one whole write
+        kw = {"fence": fence} if fence is not None and supports_fencing(store) else {}
+        store.save(st.id, [*history, *new], **kw)
+        _log.info("session %s: stored the repair of its orphaned tool calls with the turn",
+                  st.id)
+        writer.delete(key)
+        st.extend(history, new, st.current_revision())
+        st.repaired = False
+        return
     if committer is not None and writer.durable:
         with contextlib.suppress(StoreConflictError):  # then the slow path below
             revision = committer.commit_turn(

@@ -121,6 +121,7 @@ class SessionState:
         self.listeners: list[Callable[[ListenerEvent], object]] = []
         self.event_seq = itertools.count()
         self.token_tally: object = None  # compaction's estimate, kept with the transcript
+        self.repaired = False  # the cache holds a repair the store has not (committed next)
 
     # --- the queue -------------------------------------------------------------------------
     def enqueue(self, control: TurnControl, *, seq: int | None = None) -> Ticket:
@@ -232,9 +233,10 @@ class SessionState:
     def reload(self) -> None:
         """Read the stored transcript into the cache (orphaned tool calls repaired)."""
         revision = self.revisioned.revision(self.id) if self.revisioned is not None else None
-        stored = self.store.load(self.id) or []
-        messages = _loop.repair_orphans(list(stored), session_id=self.id)
+        stored = list(self.store.load(self.id) or [])
+        messages = _loop.repair_orphans(stored, session_id=self.id)
         self.replace(messages, revision)
+        self.repaired = messages is not stored
 
     def sync(self) -> None:
         """Make the cache current (called holding the slot)."""
@@ -258,6 +260,7 @@ class SessionState:
             self.used = counters(messages)
             self.revision = revision
             self.loaded = True
+            self.repaired = False
 
     def extend(self, history: list[Message], new: tuple[Message, ...], revision: object) -> None:
         """The turn ``new`` was stored after ``history``."""

@@ -19,7 +19,7 @@ class TurnWriter:
     lost stops before writing; stores that check fences also refuse a stale one atomically.
     """
 
-    __slots__ = ("approvals", "checkpoints", "hold")
+    __slots__ = ("approvals", "checkpoints", "hold", "wrote")
 
     def __init__(
         self,
@@ -30,6 +30,7 @@ class TurnWriter:
         self.checkpoints = checkpoints
         self.approvals = approvals
         self.hold = hold
+        self.wrote = False  # a checkpoint write was attempted (it may have landed)
 
     @property
     def durable(self) -> bool:
@@ -46,7 +47,9 @@ class TurnWriter:
         """Write ``checkpoint`` under its key."""
         store = self.checkpoints
         if store is not None:
-            store.save(checkpoint.key, checkpoint, **self._fence(store))
+            fence = self._fence(store)
+            self.wrote = True
+            store.save(checkpoint.key, checkpoint, **fence)
 
     def delete(self, key: str | None) -> None:
         """Delete the checkpoint ``key`` (nothing when None)."""

@@ -31,7 +31,7 @@ from .errors import (
     ConfigError,
 )
 from .events import RunEvent
-from .ids import new_session_id, validate_session_id
+from .ids import check_storable_id, new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
@@ -164,6 +164,11 @@ class Agent:
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._pinned: dict[str, MemorySessionStore] = {}
         self.approvals = Approvals(self)
+
+    @property
+    def store(self) -> AnyStore | None:
+        """The store given to ``create_agent`` (None: each session keeps its own in memory)."""
+        return self._store
 
     # --- single turns --------------------------------------------------------------------------
     def send(
@@ -415,10 +420,12 @@ class Approvals:
 
     def get(self, id: str) -> ApprovalRecord | None:
         """One record, or None."""
-        return current(self._agent.approval_store, id)
+        return current(self._agent.approval_store, check_storable_id(id, "approval id"))
 
     def list(self, session_id: str | None = None) -> list[ApprovalRecord]:
         """Pending records (of one session, or all), oldest first."""
+        if session_id is not None:
+            check_storable_id(session_id, "session id")
         return pending(self._agent.approval_store, session_id)
 
     def page(
@@ -445,7 +452,7 @@ class Approvals:
         continued, and ApprovalExpiredError raised (``.result``: the continued turn). When
         the paused turn cannot be found, raises ApprovalTurnMissingError and leaves the
         record pending (never "approved" without running)."""
-        return self._agent._resolve(id, approved, reason, by)
+        return self._agent._resolve(check_storable_id(id, "approval id"), approved, reason, by)
 
 
 def _awaiting(run_id: str, pending: list[str]) -> ExecutionResult:

@@ -128,7 +128,15 @@ def check_metadata(metadata: object, session_id: str | None = None) -> str:
         raise InvalidMetadataError(f"{where} is not JSON: {exc}", session_id=session_id) from None
     text = json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":"),
                       allow_nan=False)
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        char = exc.object[exc.start]
+        raise InvalidMetadataError(
+            f"{where} holds the surrogate code point U+{ord(char):04X} (in a key or a "
+            "value), which no store keeps: give Unicode characters only",
+            session_id=session_id,
+        ) from None
     if size > MAX_METADATA_BYTES:
         raise InvalidMetadataError(
             f"{where} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes "

@@ -1,9 +1,12 @@
 """The ``lousho`` command: ``demo``, ``chat``, ``sessions`` (``list``, ``show``, ``delete``,
 ``prune``, ``copy``), ``approvals`` (``list``, ``show``, ``approve``, ``deny``).
 
-Exit codes: 0 done, 1 a runtime failure (a store problem, a missing session, a failed turn
-that ends the command), 2 a usage error (bad arguments, an invalid session id, a missing API
-key), 130 interrupted (Ctrl-C). Every problem is one line on stderr, without a traceback.
+Exit codes: 0 done, 1 a runtime failure (a store problem, a missing session, too many turns
+to undo, a failed turn that ends the command, an API key the provider refused), 2 a usage
+error (bad arguments, an invalid session id, a missing API key, an unknown or empty model),
+130 interrupted (Ctrl-C), 141 stdout closed early (``lousho demo | head -1``: quietly).
+Every problem is one line on stderr, without a traceback; with ``--json`` that line is a
+JSON object ``{"error": {"code": ..., "message": ..., "exit_code": ...}}``.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from ._cli_store import (
     StoreProblem,
@@ -30,15 +34,46 @@ from ._cli_store import (
 )
 from .turns import session_prefix
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main", "open_store"]
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_PIPE_CLOSED",
+    "EXIT_USAGE",
+    "SCRIPTED_MODEL",
+    "main",
+    "open_store",
+]
 
 DEFAULT_STORE = "./.lousho/agent.db"
 DEFAULT_MODEL = "openai/gpt-4o-mini"
+SCRIPTED_MODEL = "scripted"
+"""``--model scripted``: an offline model that answers from a script (no key, no network)."""
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a reader that left
 
 
 class _Failure(Exception):
     """A runtime failure reported as one line with exit code 1."""
+
+    code = "LOUSHO_CLI_FAILURE"
+
+
+class _NotFound(_Failure):
+    code = "LOUSHO_SESSION_NOT_FOUND"
+
+
+def _count(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _duration(text: str) -> float:
@@ -50,10 +85,19 @@ def _duration(text: str) -> float:
     return float(m.group(1)) * scale
 
 
-def _parser() -> argparse.ArgumentParser:
+class _JsonErrors(argparse.ArgumentParser):
+    """An argument parser whose usage errors are the JSON error line (``--json`` given)."""
+
+    def error(self, message: str) -> NoReturn:
+        _error(f"{self.prog}: {message}", code="LOUSHO_CLI_USAGE", exit_code=EXIT_USAGE,
+               as_json=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = (_JsonErrors if json_errors else argparse.ArgumentParser)(
         prog="lousho", description="lousho: agents whose conversations survive",
         epilog="exit codes: 0 ok, 1 runtime failure, 2 usage error, 130 interrupted")
     parser.add_argument("--version", action="version", version=f"lousho {__version__}")
@@ -68,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="a streaming chat, durable in a store")
     chat.add_argument("--session", default="default", help="session id (default: default)")
     chat.add_argument("--model", default=None,
-                      help=f"provider/model (default: $LOUSHO_MODEL or {DEFAULT_MODEL})")
+                      help=f"provider/model, or {SCRIPTED_MODEL} for an offline scripted "
+                      f"model (default: $LOUSHO_MODEL or {DEFAULT_MODEL})")
     chat.add_argument("--store", default=DEFAULT_STORE, help=store_help)
     sessions = sub.add_parser("sessions", help="list, show, undo, fork, delete, prune or "
                                                "copy stored sessions")
@@ -81,11 +126,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id")
     undo = ssub.add_parser("undo", help="remove the last N turns of a session (default 1)")
     undo.add_argument("id")
-    undo.add_argument("turns", nargs="?", type=int, default=1)
+    undo.add_argument("turns", nargs="?", type=_count(1), default=1)
     fork = ssub.add_parser("fork", help="copy a session to a new id (a new UUID unless given)")
     fork.add_argument("id")
     fork.add_argument("new_id", nargs="?", default=None)
-    fork.add_argument("--at-turn", type=int, default=None,
+    fork.add_argument("--at-turn", type=_count(0), default=None,
                       help="copy only the first N turns (default: all)")
     delete = ssub.add_parser("delete", help="delete a session and its pending turn")
     delete.add_argument("id")
@@ -108,6 +153,24 @@ def _parser() -> argparse.ArgumentParser:
     for p in (listing, show, undo, fork, delete, prune, copy):
         p.add_argument("--json", action="store_true", help="print JSON")
     _approvals_parser(sub, store_help)
+    serve = sub.add_parser(
+        "serve", help="the approvals inbox and sessions as web pages (token-protected)",
+        description="Serve the inbox (pending approvals of every session, approve or deny "
+        "with a reason), the sessions catalog and each session's transcript. Every request "
+        "needs the token: it is printed at start (or taken from --token or "
+        "$LOUSHO_SERVE_TOKEN); open the printed URL once and the browser keeps it in a "
+        "cookie. Deciding needs --app (the agent whose model and tools continue the turn); "
+        "without it the pages are read-only.")
+    serve.add_argument("--store", default=None, help=store_help.replace(
+        "(default: ", "(default: the --app agent's store, else "))
+    serve.add_argument("--app", default=None, help="MODULE:ATTR of the Agent (or a function "
+                       "taking store=) that continues decided turns (default: $LOUSHO_APP)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8765, help="default: 8765 (0: any free)")
+    serve.add_argument("--token", default=None,
+                       help="the token requests must bring (default: $LOUSHO_SERVE_TOKEN, "
+                       "else a new random one, printed)")
     return parser
 
 
@@ -145,7 +208,8 @@ def _approvals_parser(sub: Any, store_help: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lousho`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(json_errors="--json" in argv).parse_args(argv)
     notices = _Notices()
     log = logging.getLogger("lousho_sync")
     saved = log.propagate
@@ -154,10 +218,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = notices.warning
-            return _main(args)
+            code = _main(args)
+            sys.stdout.flush()  # a reader that left shows here, not at interpreter exit
+            return code
+    except BrokenPipeError:
+        return _reader_left()
     finally:
         log.removeHandler(notices)
         log.propagate = saved
+
+
+def _reader_left() -> int:
+    """stdout's reader left (``lousho demo | head -1``): stop quietly, as ``cat`` does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush says nothing
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED
 
 
 class _Notices(logging.Handler):
@@ -183,8 +259,10 @@ class _Notices(logging.Handler):
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ._cli_chat import ChatEnded
     from .errors import ConfigError, InvalidSessionIdError, LoushoError
 
+    as_json = bool(getattr(args, "json", False))
     try:
         if args.command == "demo":
             from .demo import run_demo
@@ -194,28 +272,48 @@ def _main(args: argparse.Namespace) -> int:
             return _chat(args, sys.stdin, sys.stdout)
         if args.command == "approvals":
             return _approvals(args, sys.stdout)
+        if args.command == "serve":
+            return _serve(args, sys.stdout)
         return _sessions(args, sys.stdin, sys.stdout)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # main() stops quietly
     except (InvalidSessionIdError, ConfigError) as exc:
-        _error(str(exc))
+        _error(str(exc), code=exc.code, exit_code=EXIT_USAGE, as_json=as_json)
         return EXIT_USAGE
-    except (StoreProblem, _Failure, LoushoError, OSError) as exc:
-        _error(str(exc))
+    except (StoreProblem, _Failure, ChatEnded, LoushoError, OSError) as exc:
+        code = getattr(exc, "code", None) or ("LOUSHO_CLI_STORE" if isinstance(
+            exc, StoreProblem) else "LOUSHO_CLI_FAILURE")
+        _error(str(exc), code=code, exit_code=EXIT_FAILURE, as_json=as_json)
         return EXIT_FAILURE
 
 
-def _error(text: str) -> None:
-    print(f"lousho: error: {' '.join(text.split())}", file=sys.stderr)
+def _error(text: str, *, code: str = "LOUSHO_CLI_FAILURE", exit_code: int = EXIT_FAILURE,
+           as_json: bool = False) -> None:
+    """One line on stderr: ``lousho: error: ...``, or with ``--json`` a JSON object."""
+    line = " ".join(text.split())
+    if as_json:
+        print(json.dumps({"error": {"code": code, "message": line, "exit_code": exit_code}}),
+              file=sys.stderr)
+    else:
+        print(f"lousho: error: {line}", file=sys.stderr)
 
 
 def _model(name: str | None) -> Any:
-    import os
-
+    from .errors import ConfigError
     from .providers.registry import resolve_model
 
-    return resolve_model(name or os.environ.get("LOUSHO_MODEL") or DEFAULT_MODEL)
+    if name is not None and not name.strip():
+        raise ConfigError(f"--model {name!r} names no model: give provider/model (e.g. "
+                          f"{DEFAULT_MODEL}), or {SCRIPTED_MODEL} for an offline model")
+    chosen = name or os.environ.get("LOUSHO_MODEL") or DEFAULT_MODEL
+    if chosen == SCRIPTED_MODEL:
+        from ._cli_chat import scripted_model
+
+        return scripted_model()
+    return resolve_model(chosen)
 
 
 def _agent(store: Any, provider: Any = None) -> Any:
@@ -269,6 +367,47 @@ def _approvals(args: argparse.Namespace, out: TextIO) -> int:
             _close(store)
 
 
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    import os
+
+    from .errors import ConfigError
+    from .inbox import TOKEN_ENV, inbox_app, make_inbox_server, new_token
+
+    agent, store = _app_and_store(args.store, args.app)
+    given = args.token or os.environ.get(TOKEN_ENV) or None
+    if given is not None and len(given) < 16:
+        raise ConfigError(f"the serve token must be at least 16 characters (--token or "
+                          f"${TOKEN_ENV}); leave both out for a random one")
+    token = given or new_token()
+    app = inbox_app(agent if agent is not None else store, token=token)
+    try:
+        server = make_inbox_server(app, args.host, args.port)
+    except OSError as exc:
+        raise _Failure(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    shown_host = f"[{host}]" if ":" in host else host
+    url = f"http://{shown_host}:{port}/"
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"lousho: warning: serving on {args.host}: anyone who can reach it and has the "
+              "token can decide; put TLS in front of it", file=sys.stderr)
+    if agent is None:
+        print("lousho: warning: no --app: the pages are read-only (deciding needs the agent "
+              "whose model and tools continue the turn)", file=sys.stderr)
+    out.write(f"lousho serve: listening on {url}\n")
+    if given is None:
+        out.write(f"open {url}?token={token} once; the browser keeps the token in a cookie\n")
+    else:
+        out.write(f"open {url}?token=<your token> once; the browser keeps it in a cookie\n")
+    out.flush()
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        if store is not None:
+            _close(store)
+    return EXIT_OK
+
+
 def _session_info(session: Any) -> dict[str, Any]:
     pending = session.pending()
     return {"id": session.id, "messages": len(session.messages),
@@ -286,17 +425,20 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         rows = listed_sessions(store, agent, args.prefix)
         if args.json:
             out.write(json.dumps(rows, indent=2) + "\n")
-        else:
+        elif rows:
             out.write(sessions_table(rows))
+        else:
+            which = "" if args.prefix is None else f" whose id starts with {args.prefix!r}"
+            out.write(f"no sessions{which} in {shown(args.store)}\n")
         return EXIT_OK
     if args.action == "prune":
         return _prune(args, store, stdin, out)
     sid = validate_session_id(args.id)
     if sid not in stored_session_ids(store):
-        raise _Failure(f"no session {sid!r} in the store {shown(args.store)!r}")
+        raise _NotFound(f"no session {sid!r} in the store {shown(args.store)!r}")
     session = agent.session(id=sid)
     if args.action == "undo":
-        removed = session.undo(args.turns)
+        removed = _data(lambda: session.undo(args.turns))
         done = {"undone": sid, "turns": args.turns, "removed": len(removed),
                 "messages": len(session.messages)}
         out.write(json.dumps(done) + "\n" if args.json else
@@ -304,25 +446,15 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
                   f"({len(session.messages)} left)\n")
         return EXIT_OK
     if args.action == "fork":
-        fork = session.fork(args.new_id, at_turn=args.at_turn)
+        if args.new_id is not None:
+            validate_session_id(args.new_id)
+        fork = _data(lambda: session.fork(args.new_id, at_turn=args.at_turn))
         done = {"forked": sid, "into": fork.id, "messages": len(fork.messages)}
         out.write(json.dumps(done) + "\n" if args.json else
                   f"forked {sid} into {fork.id} ({len(fork.messages)} messages)\n")
         return EXIT_OK
     if args.action == "show":
-        info = _session_info(session)
-        messages = [{"role": m.role, "text": m.text,
-                     "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)}
-                                    for c in m.tool_calls]} for m in session.messages]
-        if args.json:
-            out.write(json.dumps({**info, "transcript": messages}, indent=2) + "\n")
-            return EXIT_OK
-        for m in session.messages:
-            what = m.text or ", ".join(f"{c.name}({dict(c.arguments)})" for c in m.tool_calls)
-            out.write(f"{m.role}: {what}\n")
-        if info["pending"]:
-            out.write(f"(a turn is pending: {info['pending']})\n")
-        return EXIT_OK
+        return _show(args, store, session, out)
     session.discard_pending()
     store.sessions.delete(sid)
     checkpoints = getattr(store, "checkpoints", None)
@@ -330,6 +462,59 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         for key in checkpoints.keys(session_prefix(sid)):
             checkpoints.delete(key)
     out.write(json.dumps({"deleted": sid}) + "\n" if args.json else f"deleted {sid}\n")
+    return EXIT_OK
+
+
+def _data(op: Any) -> Any:
+    """Run a session operation; its ConfigError (too many turns to undo, a turn past the
+    end) is about the stored data, not the command line: exit code 1."""
+    from .errors import ConfigError
+
+    try:
+        return op()
+    except ConfigError as exc:
+        raise _Failure(str(exc)) from exc
+
+
+def _as_json(m: Any) -> dict[str, Any]:
+    return {"role": m.role, "text": m.text,
+            "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)}
+                           for c in m.tool_calls]}
+
+
+def _as_line(m: Any) -> str:
+    what = m.text or ", ".join(f"{c.name}({dict(c.arguments)})" for c in m.tool_calls)
+    return f"{m.role}: {what}"
+
+
+def _show(args: argparse.Namespace, store: Any, session: Any, out: TextIO) -> int:
+    """The transcript, then the pending turn: its status and the messages it holds so far
+    (its input, the model answers and tool results recorded before it stopped)."""
+    from .turns import session_key
+
+    info = _session_info(session)
+    pending_turn: list[Any] = []
+    checkpoints = getattr(store, "checkpoints", None)
+    if info["pending"] and checkpoints is not None:
+        cp = checkpoints.load(session_key(session.id, len(session.messages)))
+        if cp is not None:
+            pending_turn = [*cp.input, *cp.recorded]
+    if args.json:
+        out.write(json.dumps({**info, "transcript": [_as_json(m) for m in session.messages],
+                              "pending_turn": [_as_json(m) for m in pending_turn]},
+                             indent=2) + "\n")
+        return EXIT_OK
+    for m in session.messages:
+        out.write(_as_line(m) + "\n")
+    if info["pending"] == "awaiting-approval":
+        out.write(f"-- a pending turn, waiting for approval {session.pending().approval_id} "
+                  "(not in the transcript until it finishes):\n")
+    elif info["pending"]:
+        out.write(f"-- a pending turn, interrupted (not in the transcript until it finishes: "
+                  f"`lousho chat --store {shown(args.store)} --session {session.id}`, then "
+                  "/retry finishes it, /discard drops it):\n")
+        for m in pending_turn:
+            out.write(f"   {_as_line(m)}\n")
     return EXIT_OK
 
 

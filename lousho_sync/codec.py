@@ -13,8 +13,9 @@ slow for the per-message hot path). The form is compact JSON:
 Keys this release does not know (written by a newer release) go into the record's
 ``extra`` on load and are written back unchanged on dump. A newer ``"v"``, invalid JSON or
 a wrong shape raises :class:`~lousho_sync.errors.StoreCorruptError` (the store adds the
-path). Output is ASCII (``ensure_ascii``), so any Python str, even a lone surrogate,
-round-trips through every store.
+path). Output is ASCII (``ensure_ascii``), so any str of Unicode characters round-trips
+through every store; a str holding a surrogate code point (U+D800 to U+DFFF) is refused on
+dump (InvalidInputError), since JSON would give a surrogate pair back as one character.
 """
 
 from __future__ import annotations

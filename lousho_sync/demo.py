@@ -144,14 +144,17 @@ def _crash_and_resume(db: Path, out: TextIO) -> None:
         stdout=subprocess.PIPE, text=True,
     )
     assert child.stdout is not None
-    line = child.stdout.readline().strip()
-    if line != "IN-TOOL":
-        child.kill()
-        raise RuntimeError(f"the demo's child process did not reach its tool (said {line!r})")
-    _say(out, f"  child process {child.pid}: user> Build the 2026 report. (the tool is running)")
-    child.kill()  # SIGKILL on POSIX: no cleanup, no goodbye
-    child.wait(30)
-    child.stdout.close()
+    try:
+        line = child.stdout.readline().strip()
+        if line != "IN-TOOL":
+            raise RuntimeError(f"the demo's child process did not reach its tool (said "
+                               f"{line!r})")
+        _say(out, f"  child process {child.pid}: user> Build the 2026 report. (the tool is "
+                  "running)")
+    finally:  # also when stdout's reader left (lousho demo | head): no child outlives us
+        child.kill()  # SIGKILL on POSIX: no cleanup, no goodbye
+        child.wait(30)
+        child.stdout.close()
     _say(out, f"  killed child process {child.pid} in the middle of its tool call")
     agent = _agent(db, block_in_tool=False)
     session = agent.session(id=CRASH_SESSION)

@@ -38,7 +38,7 @@ Warnings (``warnings.warn``; each also logged once at WARNING)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "AbortedError",
@@ -91,10 +91,17 @@ class LoushoError(Exception):
     ``pending`` is set on errors raised by a session's ``send``/``stream``/``resume`` (and
     a one-shot run's): True when a turn was kept and pends (finish it with ``resume()`` or
     drop it with ``discard_pending()``), False when nothing was kept; None elsewhere.
+    ``turn`` says which turn such an error is about: ``"own"``, the call's own input, or
+    ``"resumed"``, a pending turn the call was finishing first (then the call's own input
+    was neither started nor stored: send it again). ``resumed`` is the result
+    (:class:`~lousho_sync.results.ExecutionResult`) of a pending turn the call finished
+    and committed before its own turn failed; None otherwise.
     """
 
     code: str = "LOUSHO_ERROR"
     pending: bool | None = None
+    turn: Literal["own", "resumed"] | None = None
+    resumed: Any = None  # an ExecutionResult (results is a floor above errors)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (type(self), self.args, dict(self.__dict__)))

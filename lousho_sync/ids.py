@@ -1,5 +1,6 @@
 """Session ids: the one rule (``^[A-Za-z0-9_-]{1,128}$``), its check, new ids, and the
-mapping from any user key to an id (:func:`session_id_for`)."""
+mapping from any user key to an id (:func:`session_id_for`); the strings a store can keep
+(:func:`check_storable_id`, :func:`check_storable_text`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,20 @@ import hashlib
 import re
 import unicodedata
 import uuid
+from collections.abc import Mapping
+
+import attrs
 
 from .errors import InvalidInputError, InvalidSessionIdError
 
-__all__ = ["SESSION_ID_RULE", "new_session_id", "session_id_for", "validate_session_id"]
+__all__ = [
+    "SESSION_ID_RULE",
+    "check_storable_id",
+    "check_storable_text",
+    "new_session_id",
+    "session_id_for",
+    "validate_session_id",
+]
 
 SESSION_ID_RULE = "^[A-Za-z0-9_-]{1,128}$"
 """What every session id must match: it becomes a file name, a key or a row id."""
@@ -69,3 +80,67 @@ def session_id_for(key: str) -> str:
     ascii_text = unicodedata.normalize("NFKD", key).encode("ascii", "ignore").decode("ascii")
     prefix = _UNSAFE_RUN.sub("-", ascii_text).strip("-")[:_PREFIX_MAX].rstrip("-")
     return f"{prefix}-{digest}" if prefix else digest
+
+
+_UNSTORABLE_ID = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAX_DEPTH = 200
+
+
+def _code_point(char: str) -> str:
+    return "NUL" if char == "\x00" else f"the surrogate code point U+{ord(char):04X}"
+
+
+def check_storable_id(value: object, what: str) -> str:
+    """``value`` when it is a str a store can keep as a key (no NUL, no surrogate code
+    point: a store encodes keys as UTF-8, PostgreSQL refuses NUL), else InvalidInputError
+    naming ``what`` ("approval id") and the rule."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str, got {type(value).__name__}")
+    found = _UNSTORABLE_ID.search(value)
+    if found is not None:
+        raise InvalidInputError(
+            f"{what} {value!r} holds {_code_point(found.group())} at index {found.start()}: "
+            "a store cannot keep it (ids hold neither NUL nor surrogate code points)"
+        )
+    return value
+
+
+def _surrogate(value: object, depth: int) -> str | None:
+    """The first surrogate code point in any str inside ``value`` (strs, mapping keys and
+    values, lists, tuples, attrs records), or None."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return None if found is None else found.group()
+    if depth > _MAX_DEPTH or value is None or isinstance(value, (bytes, int, float)):
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            hit = _surrogate(k, depth + 1) or _surrogate(v, depth + 1)
+            if hit:
+                return hit
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            hit = _surrogate(item, depth + 1)
+            if hit:
+                return hit
+    elif attrs.has(type(value)):
+        for field in attrs.fields(type(value)):  # type: ignore[arg-type]
+            hit = _surrogate(getattr(value, field.name), depth + 1)
+            if hit:
+                return hit
+    return None
+
+
+def check_storable_text(value: object, what: str) -> None:
+    """InvalidInputError naming ``what`` when any str inside ``value`` (a str, a message, a
+    mapping, ...) holds a surrogate code point (U+D800 to U+DFFF): a store would refuse it
+    or give back a changed text (a surrogate pair read back as one character)."""
+    hit = _surrogate(value, 0)
+    if hit is not None:
+        raise InvalidInputError(
+            f"{what} holds {_code_point(hit)}, which no store keeps unchanged: give text of "
+            "Unicode characters only (a pair of surrogates as one character: "
+            "s.encode('utf-16', 'surrogatepass').decode('utf-16'); undecodable bytes: "
+            "decode them with errors='replace')"
+        )

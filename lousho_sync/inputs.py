@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TypeAlias
 
 from .errors import InvalidInputError
+from .ids import check_storable_text
 from .messages import FilePart, ImagePart, Message, Part, TextPart
 
 __all__ = ["InputLike", "to_messages"]
@@ -16,15 +17,20 @@ _PARTS = (TextPart, ImagePart, FilePart)
 
 
 def to_messages(input: object) -> tuple[Message, ...]:
-    """``input`` as a tuple of messages, or InvalidInputError naming what was given."""
+    """``input`` as a tuple of messages, or InvalidInputError naming what was given (also
+    for text holding a surrogate code point, which no store keeps unchanged)."""
     if isinstance(input, str):
+        check_storable_text(input, "the input text")
         return (Message("user", input),)
     if isinstance(input, Message):
+        check_storable_text(input, "the input message")
         return (input,)
     if isinstance(input, (list, tuple)) and input:
         if all(isinstance(x, _PARTS) for x in input):
+            check_storable_text(input, "the input parts")
             return (Message("user", tuple(input)),)
         if all(isinstance(x, Message) for x in input):
+            check_storable_text(input, "the input messages")
             return _check_tool_pairs(tuple(input))
         kinds = sorted({type(x).__name__ for x in input})
         raise InvalidInputError(

@@ -88,6 +88,17 @@ Part: TypeAlias = TextPart | ImagePart | FilePart
 Content: TypeAlias = str | tuple[Part, ...]
 
 
+def _arguments(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if value is None or isinstance(value, Mapping):
+        return frozen_map(value)
+    from .errors import InvalidInputError
+
+    raise InvalidInputError(
+        f"ToolCall arguments must be a mapping of argument names to values (a dict), got "
+        f"{type(value).__name__}: {value!r:.80}"
+    )
+
+
 @attrs.frozen(slots=True)
 class ToolCall:
     """A model's request to call tool ``name`` with ``arguments``; ``id`` is stable.
@@ -99,7 +110,7 @@ class ToolCall:
     id: str
     name: str
     arguments: Mapping[str, Any] = attrs.field(
-        default=_EMPTY, converter=frozen_map, hash=False
+        default=_EMPTY, converter=_arguments, hash=False
     )
 
     __reduce__ = reduce_frozen

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError
+from .ids import check_storable_id
 from .messages import Message, ToolCall, Usage
 
 __all__ = [
@@ -43,6 +44,12 @@ def _strs(value: Iterable[str]) -> tuple[str, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
+def _key(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A record's id fields become store keys: no NUL, no surrogate code point."""
+    if value is not None or attribute.name not in ("session_id",):
+        check_storable_id(value, f"{type(inst).__name__}.{attribute.name}")
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class Checkpoint:
     """The state of an unfinished turn, written after every model response and tool result
@@ -56,8 +63,8 @@ class Checkpoint:
     """
 
     version: int = CHECKPOINT_VERSION
-    key: str
-    session_id: str | None
+    key: str = attrs.field(validator=_key)
+    session_id: str | None = attrs.field(validator=_key)
     run_id: str
     turn_index: int = 0
     input: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
@@ -81,9 +88,9 @@ class ApprovalRecord:
     given to ``resolve(..., by=...)``; None when not said, and for an expired request).
     """
 
-    id: str
-    session_id: str | None
-    checkpoint_key: str
+    id: str = attrs.field(validator=_key)
+    session_id: str | None = attrs.field(validator=_key)
+    checkpoint_key: str = attrs.field(validator=_key)
     call: ToolCall
     status: Literal["pending", "approved", "denied"] = "pending"
     reason: str | None = None

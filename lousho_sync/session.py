@@ -41,7 +41,7 @@ from .run import AgentRun
 from .signal import Signal, link
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback, TurnState
-from .turns import drive, play, resumed_turn, session_key
+from .turns import drive, play, resumed_turn, session_key, session_prefix
 
 __all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
 
@@ -53,6 +53,11 @@ LEASE_TTL_S = 30.0
 _RESUME_HINT = (
     "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
     "with session.discard_pending()"
+)
+
+_NOT_SENT = (
+    "this error is about the session's pending turn, which this call was finishing first; "
+    "this call's own input was not started and not stored: send it again"
 )
 
 
@@ -244,13 +249,21 @@ class Session:
                         result = _aborted(control)
                     else:
                         st.sync()
-                        resumed = self._finish_pending(control, hold, last=msgs is None)
+                        try:
+                            resumed = self._finish_pending(control, hold, last=msgs is None)
+                        except LoushoError as exc:
+                            _about_pending(exc, own_input=msgs is not None)
+                            raise
                         if msgs is None:
                             result = resumed
                         else:
-                            self._p.maybe_compact(msgs, control.signal, hold, self.limits)
-                            result = yield from self._new_turn(control, msgs, approve, hold,
-                                                               emit)
+                            try:
+                                self._p.maybe_compact(msgs, control.signal, hold, self.limits)
+                                result = yield from self._new_turn(control, msgs, approve,
+                                                                   hold, emit)
+                            except LoushoError as exc:
+                                exc.turn, exc.resumed = "own", resumed
+                                raise
                             if resumed is not None:
                                 result = attrs.evolve(result, resumed=resumed)
                 finally:
@@ -259,8 +272,11 @@ class Session:
             turn.result = result
             return result
         except BaseException as exc:
-            if isinstance(exc, LoushoError) and exc.pending is None:
-                exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+            if isinstance(exc, LoushoError):
+                if exc.pending is None:
+                    exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+                if exc.turn is None:
+                    exc.turn = "own" if msgs is not None else "resumed"
             turn.error = exc
             raise
         finally:
@@ -412,7 +428,8 @@ class Session:
         """A new session (a new UUID id unless given) holding a copy of this transcript up
         to turn ``at_turn`` (None: all; 0: none), its compaction history, and its metadata
         plus ``forked_from``. Never copies a pending turn; SessionExistsError when
-        ``new_id`` has messages or metadata already."""
+        ``new_id`` has messages, metadata, a pending turn or a running turn (it is written
+        under ``new_id``'s lease)."""
         nid = new_session_id() if new_id is None else validate_session_id(new_id)
         if nid == self._id:
             raise SessionExistsError(f"fork() needs a new id: {nid!r} is this session's own")
@@ -424,7 +441,22 @@ class Session:
                            approvals=p.approvals, committer=p.committer,
                            lease_ttl_s=p.lease_ttl_s)
         fork.turn_policy, fork.limits = self.turn_policy, self.limits
-        ops.fork_copy(self._p, ops.catalog_of(fork._p, "fork()"), nid, at_turn)
+        target = ops.catalog_of(fork._p, "fork()")
+        try:  # the target's slot and lease: no turn of it starts while it is written
+            with fork._p.exclusive("fork()"):
+                checkpoints = fork._p.checkpoints or fork._p.base.scratch
+                if checkpoints.keys(session_prefix(nid)):
+                    raise SessionExistsError(
+                        f"fork() onto {nid!r} refused: session {nid!r} holds a pending turn "
+                        "(resume or discard it there, or fork to another id)",
+                        session_id=nid,
+                    )
+                ops.fork_copy(self._p, target, nid, at_turn)
+        except SessionBusyError:
+            raise SessionExistsError(
+                f"fork() onto {nid!r} refused: session {nid!r} is running a turn",
+                session_id=nid,
+            ) from None
         fork.load()
         return fork
 
@@ -481,6 +513,14 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self._id!r} policy={self.turn_policy}>"
+
+
+def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
+    """Say on ``exc`` that it is about the pending turn the call was finishing first, and
+    (for ``send``/``stream``) that the call's own input was neither started nor stored."""
+    exc.turn = "resumed"
+    if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
+        exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
 
 
 def _aborted(control: TurnControl) -> ExecutionResult:

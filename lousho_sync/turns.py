@@ -78,6 +78,16 @@ _log = logging.getLogger(__name__)
 _TURN = ".turn-"
 _SCRATCH = "run-"
 
+_RECORD_FAILED = (
+    "the turn is in doubt: its progress (a tool may have run) could not be recorded, so "
+    "its last record was left as it was for resume(), which reports a tool that may have "
+    "run instead of running it again"
+)
+_DELETE_FAILED = (
+    "the turn is in doubt: its record could not be deleted, so it may still pend; "
+    "pending() tells once the store answers"
+)
+
 Commit = Callable[[TurnState, ExecutionResult], None]
 """Stores a finished turn's messages and drops its checkpoint (see :func:`play`)."""
 
@@ -167,15 +177,25 @@ def play(
                 raise
             return result_of(state, ctl, "aborted", messages=())
         ctl.keep_queued_tokens()
-        kept = env.durable and has_progress(state) and _quietly(
-            lambda: env.writer.save(state.checkpoint("interrupted", ctl.queued())),
-            "mark interrupted the turn", state,
-        )
-        if not kept:  # nothing recorded: a plain retry is correct, so nothing may pend
-            _quietly(lambda: env.writer.delete(state.key),
-                     "delete the checkpoint of failed turn", state)
+        doubt: str | None = None
+        if resumed or (env.durable and has_progress(state)):
+            # a pending turn stays pending until finished or discarded; one with progress
+            # is kept. When its record cannot be updated, the last one stays as it was.
+            kept = True
+            if not _quietly(
+                lambda: env.writer.save(state.checkpoint("interrupted", ctl.queued())),
+                "mark interrupted the turn", state,
+            ) and not resumed:
+                doubt = _RECORD_FAILED
+        else:  # nothing recorded: a plain retry is correct, so nothing may pend
+            kept = env.writer.wrote and not _quietly(
+                lambda: env.writer.delete(state.key),
+                "delete the checkpoint of failed turn", state,
+            )
+            if kept:
+                doubt = _DELETE_FAILED
         if isinstance(exc, LoushoError):
-            tell_pending(exc, kept, resume_hint)
+            tell_pending(exc, kept, resume_hint, doubt)
         raise
 
 
@@ -185,9 +205,14 @@ def has_progress(state: TurnState) -> bool:
     return any(m.role != "user" for m in state.recorded)
 
 
-def tell_pending(exc: LoushoError, kept: bool, hint: str | None) -> None:
-    """Say on ``exc`` whether its turn was kept (``pending``), with how to finish it."""
+def tell_pending(
+    exc: LoushoError, kept: bool, hint: str | None, doubt: str | None = None
+) -> None:
+    """Say on ``exc`` whether its turn was kept (``pending``), with how to finish it (and,
+    when the store failed to record the turn's end, that the turn is in doubt)."""
     exc.pending = kept
+    if doubt is not None:
+        hint = f"{doubt}; {hint}" if hint else doubt
     if kept and hint and exc.args and isinstance(exc.args[0], str) and hint not in exc.args[0]:
         exc.args = (f"{exc.args[0]} [{hint}]", *exc.args[1:])
 

@@ -35,17 +35,21 @@ def make_agent(store: Any = None, **kw: Any) -> Agent:
     return create_agent(provider=ScriptedProvider(default=brain), tools=[pay], store=store, **kw)
 
 
-def pause(where: str, session_id: str, text: str = "pay bob") -> str:
-    """Pause a turn of ``session_id`` in the SQLite store at ``where``; its approval id."""
+def pause(where: str, session_id: str, text: str = "pay bob", metadata: str = "") -> str:
+    """Pause a turn of ``session_id`` in the SQLite store at ``where`` (its metadata set from
+    the JSON ``metadata`` first); its approval id."""
     from lousho_sync.sqlite import SqliteStore
 
     with SqliteStore(where) as store:
-        result = make_agent(store).session(session_id).send(text)
+        session = make_agent(store).session(session_id)
+        if metadata:
+            session.set_metadata(json.loads(metadata))
+        result = session.send(text)
     assert result.approval_id is not None, result
     return result.approval_id
 
 
-if __name__ == "__main__":  # python approval_app.py DB SESSION [TEXT]: pause, print the id
+if __name__ == "__main__":  # python approval_app.py DB SESSION [TEXT [METADATA]]: pause
     import sys
 
     print(pause(*sys.argv[1:]), flush=True)

@@ -4,18 +4,23 @@ Redis tests; records and child-process helpers for the store tests."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import glob
 import os
 import select
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from _http_server import FakeServer
 
 from lousho_sync.messages import Message, ToolCall
 from lousho_sync.stores.base import ApprovalRecord, Checkpoint
@@ -43,6 +48,17 @@ def gate() -> Iterator[threading.Event]:
     g = threading.Event()
     yield g
     g.set()
+
+
+# --- a model server on 127.0.0.1 for the provider and CLI tests --------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    """A fake model server on 127.0.0.1 (``tests/_http_server.py``) for one test: push or set
+    its replies, read its ``requests``."""
+    with FakeServer() as s:
+        yield s
 
 
 # --- a Redis server for the RedisStore tests -------------------------------------------------
@@ -128,6 +144,8 @@ def _wait_for_ready(fd: int) -> None:
 
 # --- a PostgreSQL server for the PostgresStore tests ------------------------------------------
 
+POSTGRES_START_TIMEOUT = 60.0
+
 
 def _no_postgres(reason: str) -> NoReturn:
     """Skip (fail when ``CI`` is set: CI must run the PostgreSQL tests)."""
@@ -136,21 +154,115 @@ def _no_postgres(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+POSTGRES_HOW = ("install PostgreSQL's server binaries (Debian/Ubuntu: apt-get install "
+                "postgresql; macOS: brew install postgresql) and the suite starts a throwaway "
+                "server itself, or point LOUSHO_TEST_POSTGRES_URL at a server you may create "
+                "schemas in")
+
+
+def postgres_binaries() -> str | None:
+    """The directory holding ``initdb`` and ``pg_ctl``: on PATH, else the newest
+    ``/usr/lib/postgresql/*/bin`` (where Debian puts them, off PATH); None when absent."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if initdb and pg_ctl:
+        return os.path.dirname(pg_ctl)
+
+    def major(path: str) -> tuple[int, ...]:
+        name = Path(path).parent.name
+        return tuple(int(p) for p in name.split(".") if p.isdigit())
+
+    for directory in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=major, reverse=True):
+        if os.access(os.path.join(directory, "initdb"), os.X_OK):
+            return directory
+    return None
+
+
+def _as_server_owner(command: list[str]) -> list[str]:
+    """``command`` as the ``postgres`` user when we are root (initdb and pg_ctl refuse root)."""
+    if os.geteuid() != 0:
+        return command
+    return ["runuser", "-u", "postgres", "--", *command]
+
+
+@contextlib.contextmanager
+def throwaway_postgres(bin_dir: str) -> Iterator[tuple[str, str]]:
+    """A PostgreSQL server of our own, as ``.ci/run`` starts one: ``initdb`` in a temporary
+    directory (trust authentication), listening on a free port of 127.0.0.1 only, its unix
+    socket in that directory; stopped and removed afterwards. Yields its URL and the
+    ``pg_ctl -D ...`` command that controls it."""
+    root = tempfile.mkdtemp(prefix="lousho-test-pg-")
+    data = os.path.join(root, "data")
+    try:
+        if os.geteuid() == 0:
+            import pwd
+
+            try:
+                owner = pwd.getpwnam("postgres")
+            except KeyError:
+                _no_postgres("the tests run as root, and initdb refuses root, but there is no "
+                             "'postgres' user to run the server as")
+            if shutil.which("runuser") is None:
+                _no_postgres("the tests run as root, and initdb refuses root, but there is "
+                             "no runuser to run the server as the 'postgres' user")
+            os.chown(root, owner.pw_uid, owner.pw_gid)
+        port = free_port()
+        initdb = subprocess.run(
+            _as_server_owner([os.path.join(bin_dir, "initdb"), "-D", data, "-A", "trust",
+                              "-U", "postgres", "--no-sync"]),
+            capture_output=True, text=True, timeout=POSTGRES_START_TIMEOUT)
+        if initdb.returncode != 0:
+            raise AssertionError(f"initdb failed: {initdb.stdout}{initdb.stderr}")
+        pg_ctl = os.path.join(bin_dir, "pg_ctl")
+        started = subprocess.run(
+            _as_server_owner([pg_ctl, "-D", data, "-l", os.path.join(root, "server.log"),
+                              "-w", "-t", str(int(POSTGRES_START_TIMEOUT)), "-o",
+                              f"-c listen_addresses=127.0.0.1 -p {port} -k {root}", "start"]),
+            capture_output=True, text=True, timeout=POSTGRES_START_TIMEOUT + 10)
+        if started.returncode != 0:
+            log = Path(root, "server.log")
+            raise AssertionError(f"PostgreSQL did not start: {started.stderr}"
+                                 f"{log.read_text() if log.exists() else ''}")
+        try:
+            yield f"postgresql://postgres@127.0.0.1:{port}/postgres", f"{pg_ctl} -D {data}"
+        finally:
+            subprocess.run(_as_server_owner([pg_ctl, "-D", data, "-m", "immediate", "-w",
+                                             "stop"]),
+                           capture_output=True, timeout=POSTGRES_START_TIMEOUT)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """``LOUSHO_TEST_POSTGRES_URL`` (``.ci/run`` starts a throwaway server and sets it).
-    Without it (or without psycopg) the PostgreSQL tests are skipped with the reason, unless
-    ``CI`` is set: then they fail."""
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL URL: ``LOUSHO_TEST_POSTGRES_URL`` when set (``.ci/run`` starts a server
+    and sets it), otherwise a throwaway server started here for the session when
+    PostgreSQL's binaries are installed (``LOUSHO_TEST_POSTGRES_CTL`` then names it, so
+    that the restart test may restart it). Without either (or without psycopg) the
+    PostgreSQL tests are skipped, saying how to run them, unless ``CI`` is set: then they
+    fail."""
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
         _no_postgres(f"psycopg is not installed ({exc}): pip install 'lousho[postgres]'")
     url = os.environ.get("LOUSHO_TEST_POSTGRES_URL")
-    if not url:
-        _no_postgres("LOUSHO_TEST_POSTGRES_URL is not set (point it at a PostgreSQL server "
-                     "you may create schemas in; .ci/run starts one)")
-    return url
+    if url:
+        yield url
+        return
+    bin_dir = postgres_binaries()
+    if bin_dir is None:
+        _no_postgres("LOUSHO_TEST_POSTGRES_URL is not set and PostgreSQL's binaries (initdb, "
+                     f"pg_ctl) are not installed: {POSTGRES_HOW}")
+    with throwaway_postgres(bin_dir) as (url, ctl):
+        saved = os.environ.get("LOUSHO_TEST_POSTGRES_CTL")
+        os.environ["LOUSHO_TEST_POSTGRES_CTL"] = ctl
+        try:
+            yield url
+        finally:
+            if saved is None:
+                os.environ.pop("LOUSHO_TEST_POSTGRES_CTL", None)
+            else:
+                os.environ["LOUSHO_TEST_POSTGRES_CTL"] = saved
 
 
 def drop_schemas(url: str, schema: str) -> None:

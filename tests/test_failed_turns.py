@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -150,12 +149,6 @@ def test_create_agent_without_a_store_keeps_in_memory_checkpoints() -> None:
 
 
 # --- a stream broken mid-way -------------------------------------------------------------------
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
-
-
 def _events(name: str) -> list[str]:
     text = (Path(__file__).parent / "provider_fixtures" / name).read_text()
     return [e for e in text.split("\n\n") if e.strip() and not e.startswith(":")]

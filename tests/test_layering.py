@@ -51,6 +51,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync"},
     {"lousho_sync.demo", "lousho_sync._cli_store", "lousho_sync._cli_chat",
      "lousho_sync._cli_approvals"},
+    {"lousho_sync.inbox"},
     {"lousho_sync.cli"},
     {"lousho_sync.__main__"},
     {"lousho_aio._bridge"},

@@ -81,3 +81,64 @@ def test_mypy_reads_setup_cfg(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Function is missing a type annotation" in proc.stdout
     assert re.search(r"Config File: +" + re.escape(str(ROOT / "setup.cfg")), proc.stderr)
+
+
+def test_shared_fixtures_are_defined_once() -> None:
+    """The fixtures every kind of test needs live in tests/conftest.py, not copied per file."""
+    shared = ("server", "redis_url", "postgres_url", "postgres_schema", "gate")
+    copies = {
+        f"{path.name}: {name}"
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        for name in shared
+        if re.search(rf"^def {name}\(", path.read_text(), re.M)
+    }
+    assert copies == set()
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    assert all(re.search(rf"^def {name}\(", conftest, re.M) for name in shared)
+
+
+def test_without_postgresql_binaries_the_suite_says_how_to_get_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import conftest
+
+    monkeypatch.setattr(conftest.shutil, "which", lambda name: None)
+    monkeypatch.setattr(conftest.glob, "glob", lambda pattern: [])
+    assert conftest.postgres_binaries() is None
+    assert "apt-get install postgresql" in conftest.POSTGRES_HOW
+
+
+def test_debian_postgresql_binaries_off_path_are_found(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import conftest
+
+    for version in ("9.6", "13", "15"):
+        (tmp_path / version / "bin").mkdir(parents=True)
+        (tmp_path / version / "bin" / "initdb").write_text("#!/bin/sh\n")
+        (tmp_path / version / "bin" / "initdb").chmod(0o755)
+    monkeypatch.setattr(conftest.shutil, "which", lambda name: None)
+    monkeypatch.setattr(conftest.glob, "glob",
+                        lambda pattern: [str(p) for p in tmp_path.glob("*/bin")])
+    assert conftest.postgres_binaries() == str(tmp_path / "15" / "bin")  # the newest
+
+
+@pytest.mark.timeout(180)
+def test_the_suite_starts_a_throwaway_postgresql_itself() -> None:
+    """What the ``postgres_url`` fixture does without LOUSHO_TEST_POSTGRES_URL: a server of
+    its own (as the ``postgres`` user when root), reachable, then stopped and removed."""
+    import conftest
+
+    psycopg = pytest.importorskip("psycopg")
+    bin_dir = conftest.postgres_binaries()
+    if bin_dir is None:
+        pytest.skip(f"PostgreSQL's binaries are not installed: {conftest.POSTGRES_HOW}")
+    with conftest.throwaway_postgres(bin_dir) as (url, ctl):
+        assert url.startswith("postgresql://postgres@127.0.0.1:")
+        data = Path(ctl.split(" -D ", 1)[1])
+        assert data.is_dir()
+        with psycopg.connect(url, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert not data.parent.exists()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=5)

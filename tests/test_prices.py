@@ -5,11 +5,11 @@ The providers talk to a loopback server answering as the real APIs do."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _http_server import FakeServer, fixture_body, json_reply
 
 from lousho_sync import (
     AnthropicProvider,
@@ -22,15 +22,8 @@ from lousho_sync import (
 )
 from lousho_sync.limits import model_names, price_for
 from lousho_sync.sqlite import SqliteStore
-from tests._http_server import FakeServer, fixture_body, json_reply
 
 KEY = "sk-test-prices-0123456789"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
 
 
 def openai_answer(model: str, prompt: int, cached: int, completion: int) -> Any:

@@ -9,6 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _http_server import (
+    FIXTURES,
+    FakeServer,
+    Recorded,
+    Reply,
+    fixture_body,
+    fixture_reply,
+    json_reply,
+    sse_reply,
+)
 
 from lousho_sync.errors import ProviderError
 from lousho_sync.messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
@@ -21,16 +31,6 @@ from lousho_sync.providers.base import (
     ToolSpec,
 )
 from lousho_sync.signal import AbortController, Signal
-from tests._http_server import (
-    FIXTURES,
-    FakeServer,
-    Recorded,
-    Reply,
-    fixture_body,
-    fixture_reply,
-    json_reply,
-    sse_reply,
-)
 
 KEY = "sk-ant-test-SECRET-0123456789abcdef"
 WEATHER = ToolSpec(
@@ -38,12 +38,6 @@ WEATHER = ToolSpec(
     "Get the current weather in a given location",
     {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
 )
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
 
 
 @pytest.fixture

@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from _http_server import (
+    FIXTURES,
+    FakeServer,
+    Recorded,
+    Reply,
+    fixture_reply,
+    sse_reply,
+)
 from conftest import free_port
 
 from lousho_sync.errors import AbortedError, ConfigError, ProviderError, RateLimitedError
@@ -40,14 +48,6 @@ from lousho_sync.providers.openai import OpenAIProvider
 from lousho_sync.providers.registry import register_provider, resolve_model
 from lousho_sync.providers.scripted import ScriptedProvider
 from lousho_sync.signal import AbortController, Signal
-from tests._http_server import (
-    FIXTURES,
-    FakeServer,
-    Recorded,
-    Reply,
-    fixture_reply,
-    sse_reply,
-)
 
 KEY = "sk-test-SECRET-0123456789abcdefXYZ"
 WAIT = 10.0  # every wait in these tests is bounded by this
@@ -121,12 +121,6 @@ ANTHROPIC = Api(
 @pytest.fixture(params=[OPENAI, ANTHROPIC], ids=lambda a: a.name)
 def api(request: pytest.FixtureRequest) -> Api:
     return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
 
 
 @pytest.fixture
@@ -455,11 +449,14 @@ def test_server_that_never_answers_times_out(
     assert server.client_gone.wait(WAIT)
 
 
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "close-delimited"])
 def test_abort_during_a_stream_closes_the_connection(
-    api: Api, server: FakeServer, providers: list[Any]
+    api: Api, server: FakeServer, providers: list[Any], chunked: bool
 ) -> None:
+    # close-delimited: Connection: close and no length, as HTTP/1.0 and some local
+    # OpenAI-compatible servers answer (the read must be cut there too, not time out)
     events = api.sse_events()[: api.deltas_before_first_text + 1]
-    server.push(sse_reply("\n\n".join(events) + "\n\n", hold=True))
+    server.push(sse_reply("\n\n".join(events) + "\n\n", hold=True, chunked=chunked))
     provider = make(api, server, providers, timeout=30.0)
     controller = AbortController()
     first = threading.Event()

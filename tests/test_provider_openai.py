@@ -9,6 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _http_server import (
+    FIXTURES,
+    FakeServer,
+    Recorded,
+    Reply,
+    fixture_body,
+    fixture_reply,
+    json_reply,
+    sse_reply,
+)
 
 from lousho_sync.errors import ProviderError
 from lousho_sync.messages import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
@@ -21,16 +31,6 @@ from lousho_sync.providers.base import (
 )
 from lousho_sync.providers.openai import OpenAIProvider
 from lousho_sync.signal import AbortController, Signal
-from tests._http_server import (
-    FIXTURES,
-    FakeServer,
-    Recorded,
-    Reply,
-    fixture_body,
-    fixture_reply,
-    json_reply,
-    sse_reply,
-)
 
 KEY = "sk-test-SECRET-0123456789abcdefXYZ"
 WEATHER = ToolSpec(
@@ -38,12 +38,6 @@ WEATHER = ToolSpec(
     "Get the weather in a city.",
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
 
 
 @pytest.fixture

@@ -46,6 +46,8 @@ FLASK_CHECK = '''
 # --- added by tests/test_readme.py: call the app as a client would ---
 import json as _json
 
+from lousho_sync import ProviderError as _ProviderError, Step as _Step
+
 _client = app.test_client()
 for _user in ("ali@example.com", "a.b", "tenant:42/x"):
     _r = _client.post(f"/chat/{_user}", json={"message": "Hi"})
@@ -55,7 +57,43 @@ for _user in ("ali@example.com", "a.b", "tenant:42/x"):
     assert _events[0] == 'data: {"text": "Hello from lousho."}', _events
     assert _events[-1] == 'event: done\\ndata: {"finish_reason": "stop"}', _events
     _doc = _client.get(f"/chat/{_user}").get_json()
-    assert [m["role"] for m in _doc["messages"]] == ["user", "assistant"], _doc
+    assert [m["role"] for m in _doc["messages"]][-2:] == ["user", "assistant"], _doc
+# a request without a "message" (or not JSON at all): 400, nothing stored
+for _bad in ({"text": "Hi"}, {"message": 5}, {"message": ""}, [1, 2]):
+    _r = _client.post("/chat/bad-request", json=_bad)
+    assert _r.status_code == 400 and "message" in _r.get_json()["error"], (_bad, _r.data)
+_r = _client.post("/chat/bad-request", data="not json", content_type="text/plain")
+assert _r.status_code == 400, _r.data
+assert _client.get("/chat/bad-request").get_json() == {"messages": []}
+# a turn that fails (a LoushoError): the stream says so in an error event, the app lives on
+from lousho_sync import tool as _tool
+
+@_tool(needs_approval=True)
+def _pay(amount: int) -> str:
+    """Pay."""
+    return "paid"
+
+agent = create_agent(provider=ScriptedProvider([_Step(error=_ProviderError("model down")),
+                                                _Step(tool_calls=[("_pay", {"amount": 1})])]),
+                     tools=[_pay], store=SqliteStore("./.lousho/agent.db"))
+_r = _client.post("/chat/failing", json={"message": "Hi"})
+assert _r.status_code == 200, _r.data
+_events = [b for b in _r.get_data(as_text=True).split("\\n\\n") if b]
+assert _events[-2].startswith("event: error\\ndata: "), _events
+assert _json.loads(_events[-2].split("data: ", 1)[1])["code"] == "LOUSHO_PROVIDER_ERROR"
+assert _events[-1] == 'event: done\\ndata: {"finish_reason": "error"}', _events
+# a session whose turn waits for an approval: told with the error's code (a 409 when
+# stream() refuses at once, an error event when the durable turn finds it)
+_waiting = agent.session(id=session_id_for("waiting"))
+_waiting.discard_pending()  # from an earlier run of this block
+_waiting.send("pay")
+_r = _client.post("/chat/waiting", json={"message": "Hi"})
+if _r.status_code == 409:
+    _code = _r.get_json()["code"]
+else:
+    _events = [b for b in _r.get_data(as_text=True).split("\\n\\n") if b]
+    _code = _json.loads(_events[-2].split("data: ", 1)[1])["code"]
+assert _code == "LOUSHO_SESSION_AWAITING_APPROVAL", _r.data
 print("flask app ok")
 '''
 
@@ -92,7 +130,8 @@ def openai_fake(rec: Recorded) -> Reply:
 
 
 @pytest.fixture(scope="module")
-def server() -> object:
+def readme_server() -> object:
+    """One fake OpenAI-format server for every block of the module."""
     with FakeServer() as fake:
         fake.default = openai_fake
         yield fake
@@ -108,12 +147,13 @@ SECTIONS = list(dict.fromkeys(heading for heading, _ in PYTHON_BLOCKS))
 
 
 @pytest.mark.parametrize("heading", SECTIONS)
-def test_blocks_run_as_written(heading: str, server: FakeServer, tmp_path: Path) -> None:
+def test_blocks_run_as_written(heading: str, readme_server: FakeServer, tmp_path: Path) -> None:
     """Each block of the section in a fresh interpreter and an empty directory; then what
-    the section says its blocks print."""
+    the section says its blocks print. A block that wrote files runs again in the same
+    directory, as a user runs it again, and must print the same."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OPENAI_", "ANTHROPIC_", "LOUSHO_"))}
-    env.update(OPENAI_API_KEY="sk-readme-test-key-0000", OPENAI_BASE_URL=server.url + "/v1",
+    env.update(OPENAI_API_KEY="sk-readme-test-key-0000", OPENAI_BASE_URL=readme_server.url + "/v1",
                PYTHONPATH="")
     stdout = ""
     for n, code in enumerate(code for h, code in PYTHON_BLOCKS if h == heading):
@@ -125,12 +165,30 @@ def test_blocks_run_as_written(heading: str, server: FakeServer, tmp_path: Path)
         proc = subprocess.run([sys.executable, "block.py"], capture_output=True, text=True,
                               cwd=directory, env=env, timeout=WAIT)
         assert proc.returncode == 0, f"block {n} of {heading!r} failed:\n{proc.stderr}"
+        if {p.name for p in directory.iterdir()} != {"block.py"}:  # it wrote files
+            again = subprocess.run([sys.executable, "block.py"], capture_output=True,
+                                   text=True, cwd=directory, env=env, timeout=WAIT)
+            assert again.returncode == 0, (
+                f"block {n} of {heading!r} failed when run again:\n{again.stderr}")
+            assert again.stdout == proc.stdout, f"block {n} of {heading!r}, run again"
         stdout += proc.stdout
     at = 0
     for text in EXPECTED.get(heading, []):
         found = stdout.find(text, at)
         assert found >= 0, f"{heading}: no {text!r} in {stdout[at:]!r}"
         at = found + len(text)
+
+
+def test_the_tools_section_names_the_extra_that_brings_annotated_types() -> None:
+    import tomllib
+
+    text = section("Tools")
+    assert "import annotated_types" in text
+    extra = re.search(r"pip install 'lousho\[(\w+)\]'`\s+brings[^.;]*`annotated_types`", text)
+    assert extra is not None, "the Tools section does not say which extra brings it"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(dep.startswith(("pydantic", "annotated-types")) for dep in extras[extra[1]])
 
 
 def test_the_test_command_is_the_one_ci_runs() -> None:

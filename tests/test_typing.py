@@ -1,5 +1,7 @@
-"""The README's code (tests/typed_usage.py) passes ``mypy --strict`` (and pyright when it
-is installed): events narrow on ``event.type``, ``store=``/``compaction=`` refuse bad types."""
+"""The README's code passes ``mypy --strict``: every ``python`` block as written, and
+tests/typed_usage.py (also checked by pyright when it is installed), which pins what a type
+checker infers: events narrow on ``event.type``, ``store=``/``compaction=`` refuse bad
+types."""
 
 from __future__ import annotations
 
@@ -16,14 +18,26 @@ ROOT = TYPED.parent.parent
 
 
 @pytest.mark.timeout(600)
-def test_readme_usage_passes_mypy_strict() -> None:
+def test_readme_usage_and_every_readme_block_pass_mypy_strict(tmp_path: Path) -> None:
+    """tests/typed_usage.py, and every ``python`` block of the README as written (each its
+    own module), in one ``mypy --strict`` run."""
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed")
+    from test_readme import PYTHON_BLOCKS
+
+    sections = {}
+    for n, (heading, code) in enumerate(PYTHON_BLOCKS):
+        block = tmp_path / f"readme_block_{n:02d}.py"
+        block.write_text(code)
+        sections[block.name] = heading
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(TYPED)],
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(TYPED),
+         *(str(tmp_path / name) for name in sections)],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    where = "\n".join(f"{name}: README section {heading!r}" for name, heading in sections.items()
+                      if name in done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr + where
 
 
 @pytest.mark.timeout(600)

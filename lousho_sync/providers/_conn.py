@@ -33,11 +33,15 @@ class Tracker:
     Thread-safe: ``_lock`` guards every field; ``abort()`` runs in the aborting thread.
     """
 
-    __slots__ = ("_aborted", "_conn", "_done", "_lock", "_resp")
+    __slots__ = ("_aborted", "_conn", "_done", "_lock", "_resp", "_sock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conn: HTTPConnection | None = None
+        # The connection's socket as last seen: a response delimited by the connection
+        # closing (HTTP/1.0, or Connection: close without a length) takes the socket over
+        # and the connection forgets it (http.client), yet the read still blocks on it.
+        self._sock: socket.socket | None = None
         self._resp: requests.Response | None = None
         self._aborted = False
         self._done = False
@@ -53,8 +57,11 @@ class Tracker:
             if self._done:
                 return
             self._conn = conn
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                self._sock = sock
             if self._aborted:
-                _shutdown(conn)
+                _shutdown(conn, self._sock)
 
     def set_response(self, resp: requests.Response) -> None:
         with self._lock:
@@ -68,7 +75,7 @@ class Tracker:
             self._aborted = True
             if self._done:
                 return
-            if self._conn is not None and _shutdown(self._conn):
+            if self._conn is not None and _shutdown(self._conn, self._sock):
                 return
             resp = self._resp
         if resp is not None:  # no socket known (e.g. a SOCKS proxy): close the response
@@ -79,10 +86,13 @@ class Tracker:
             self._done = True
             self._conn = None
             self._resp = None
+            self._sock = None
 
 
-def _shutdown(conn: HTTPConnection) -> bool:
-    sock = getattr(conn, "sock", None)
+def _shutdown(conn: HTTPConnection, seen: socket.socket | None = None) -> bool:
+    """Shut ``conn``'s socket down (or ``seen``, the one it had when the connection handed
+    it to a close-delimited response); False when there is none."""
+    sock = getattr(conn, "sock", None) or seen
     if sock is None:
         return False
     try:

@@ -9,7 +9,12 @@ from typing import Literal, Protocol, Self, cast
 
 import attrs
 
-from ..errors import ConfigError, StoreConflictError, StoreEncryptedError
+from ..errors import (
+    ConfigError,
+    InvalidInputError,
+    StoreConflictError,
+    StoreEncryptedError,
+)
 from ..ids import validate_session_id
 from ..records import ApprovalRecord, Fence
 from .base import FencedLease
@@ -23,6 +28,7 @@ __all__ = [
     "check_ttl",
     "commit_token",
     "encrypted_refusal",
+    "unstorable",
     "fence_token_of",
     "overlay",
     "resolved_at",
@@ -180,3 +186,13 @@ def encrypted_refusal(where: str, *, path: str | None = None,
         path=path,
         address=address,
     )
+
+
+def unstorable(what: str, char: str, session_id: str | None = None) -> InvalidInputError:
+    """The error for a str a store cannot keep or look up (``char``: its NUL or surrogate
+    code point), raised before anything was written."""
+    name = "NUL" if char == "\x00" else f"the surrogate code point U+{ord(char):04X}"
+    text = f"could not {what}: a str given holds {name}, which a store cannot keep"
+    if session_id is not None:
+        text += f" (session {session_id!r})"
+    return InvalidInputError(text + "; nothing was written")

@@ -29,7 +29,7 @@ from ..errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
-from ._common import encrypted_refusal
+from ._common import encrypted_refusal, unstorable
 from ._engine.backend import Backend, Translation
 
 __all__ = ["SCHEMA_VERSION", "Conn", "Db"]
@@ -244,6 +244,7 @@ class Db(Backend):
         expected length). Nothing of the psycopg error is chained (its ``pgconn`` holds the
         conninfo, password included)."""
         error: StoreError | None = None
+        bad: str | None = None  # a NUL or surrogate of a str given: nothing was written
         for delay in (*_RETRY_DELAYS, None):
             lost = False
             try:
@@ -262,7 +263,13 @@ class Db(Backend):
                     address=self.address,
                     session_id=session_id,
                 )
+            except UnicodeEncodeError as exc:
+                bad = exc.object[exc.start]
+                break
             except psycopg.Error as exc:
+                if isinstance(exc, psycopg.DataError) and "NUL (0x00)" in str(exc):
+                    bad = "\x00"
+                    break
                 lost = lost or _lost(exc)
                 error = self.translate(exc, what, session_id)
             if error is not None and not lost:
@@ -275,6 +282,8 @@ class Db(Backend):
                 except Exception:  # pragma: no cover - the retry reports what matters
                     pass
             time.sleep(delay)
+        if bad is not None:
+            raise unstorable(what, bad, session_id)
         assert error is not None
         raise error  # outside the except blocks: nothing chained holds the psycopg error
 

@@ -270,6 +270,13 @@ class PostgresCommits:
                 # nothing written: a conflict, a lost lease, a new session or this call's
                 # retry; the transaction below finds out which
             with c.transaction():
+                if texts:  # this call's retry after a lost reply: it landed, whoever
+                    landed = c.execute(db.q(  # holds the lease now (a commit may release it)
+                        "SELECT key, revision FROM {s}.sessions WHERE id = %s AND op = %s"
+                        " AND length = %s"), (id, params["op"], expected + len(texts))
+                    ).fetchone()
+                    if landed is not None:
+                        return (int(landed[0]), int(landed[1]))
                 if token:
                     newest = locked_token(db, c, id)
                     if newest > token:

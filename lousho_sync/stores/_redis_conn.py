@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..records import Fence
 from . import _redis_scripts as lua
-from ._common import encrypted_refusal
+from ._common import encrypted_refusal, unstorable
 from ._engine.backend import Backend, Translation
 
 __all__ = [
@@ -178,6 +178,8 @@ class Conn(Backend):
             return fn(self.client)
         except redis_errors.RedisError as exc:
             raise self.translate(exc, what, session_id) from exc
+        except UnicodeEncodeError as exc:  # a surrogate in a key or argument
+            raise unstorable(what, exc.object[exc.start], session_id) from None
 
     def _check_layout(self) -> None:
         stored = self.layout_script(keys=[self.key("layout")], args=[LAYOUT_VERSION])

@@ -27,7 +27,7 @@ from ..errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
-from ._common import encrypted_refusal
+from ._common import encrypted_refusal, unstorable
 from ._engine.backend import Backend, Translation
 from ._sqlite_driver import (
     CHECKPOINT_WAL_BYTES,
@@ -278,6 +278,8 @@ class Db(Backend):
                         path=self.path,
                         session_id=session_id,
                     ) from exc
+                if isinstance(exc, UnicodeEncodeError):  # a surrogate in a bound str
+                    raise unstorable(what, exc.object[exc.start], session_id) from None
                 if not isinstance(exc, self.errors):
                     raise
                 error = self.translate(exc, what, session_id)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..errors import SessionExistsError, StoreConflictError
+from ..ids import check_storable_text
 from ..messages import Message
 from ..records import now
 from .base import AgentStore, ApprovalRecord, Checkpoint, Fence, resolved
@@ -70,6 +71,7 @@ class MemorySessionStore:
     def save(self, id: str, messages: Sequence[Message]) -> None:
         """Replace the transcript (empty: forget the transcript and the history; the
         metadata stays)."""
+        check_storable_text(messages, f"a message for session {id!r}")
         with self._lock:
             self._replace(id, messages)
 
@@ -81,6 +83,7 @@ class MemorySessionStore:
 
     def append(self, id: str, messages: Sequence[Message], *, expected_length: int) -> None:
         """Add a turn's messages; StoreConflictError when the length is not expected."""
+        check_storable_text(messages, f"a message for session {id!r}")
         with self._lock:
             stored = self._data.get(id)
             length = 0 if stored is None else len(stored)
