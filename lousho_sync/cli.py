@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -32,7 +32,7 @@ from ._cli_store import (
     shown,
     stored_session_ids,
 )
-from .turns import session_prefix
+from .records import session_prefix
 
 __all__ = [
     "EXIT_FAILURE",
@@ -63,7 +63,9 @@ class _NotFound(_Failure):
     code = "LOUSHO_SESSION_NOT_FOUND"
 
 
-def _count(low: int) -> Any:
+def _count(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``low`` (a usage error otherwise)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -490,7 +492,7 @@ def _as_line(m: Any) -> str:
 def _show(args: argparse.Namespace, store: Any, session: Any, out: TextIO) -> int:
     """The transcript, then the pending turn: its status and the messages it holds so far
     (its input, the model answers and tool results recorded before it stopped)."""
-    from .turns import session_key
+    from .records import session_key
 
     info = _session_info(session)
     pending_turn: list[Any] = []
