@@ -1,20 +1,25 @@
-"""A Django view: one durable session per user, answers streamed as server-sent events
-with StreamingHttpResponse.
+"""Django views on detached turns: one durable session per user, answers read as server-sent
+events (StreamingHttpResponse) that survive dropped connections.
 
-    POST /chat/<user>   {"message": "..."}  ->  text/event-stream:
-                        data: {"text": "..."}            one per text delta
-                        event: done / data: {...}        finish_reason, session_id, messages
-    GET  /chat/<user>                       ->  {"session_id": ..., "messages": [...]}
+    POST /chat/<user>         {"message": "..."}  ->  202 {"session_id", "turn_id"}
+                              (400 without a message; 409 with the code when the session
+                              cannot start a turn now)
+    GET  /chat/<user>/events  [?turn=<turn_id>]   ->  text/event-stream of the turn (the
+                              latest without ?turn), resumed after Last-Event-ID (400 when
+                              it is malformed or names another turn; 404 with no turn)
+    GET  /chat/<user>         ->  {"session_id", "messages", "turn": running turn or null}
+    GET  /                    ->  static/chat.html, the chat page (EventSource)
 
-<user> is any key (an e-mail, "tenant:42", unicode): session_id_for() maps it to a valid
-session id. A client that disconnects mid-stream aborts its turn: the transcript stays as
-it was. The model is scripted (offline); set LOUSHO_MODEL=openai/gpt-4o-mini for a real one.
+The turn runs to its end in the process that started it whether or not anyone reads it;
+any worker sharing the store streams it. <user> is any key (an e-mail, "tenant:42",
+unicode): session_id_for() maps it to a valid session id. The model is scripted (offline);
+set LOUSHO_MODEL=openai/gpt-4o-mini for a real one.
 This one file is a whole Django project (settings, URLs, views); in yours, the two views go
 in views.py and the agent in a module of its own.
 
 Run:   python examples/django_view.py    (serves on 127.0.0.1 and calls itself over HTTP)
 Serve: LOUSHO_DB=./chat.db python examples/django_view.py runserver 127.0.0.1:8000
-       LOUSHO_DB=./chat.db gunicorn -w 4 --chdir examples django_view:application
+       LOUSHO_DB=./chat.db gunicorn -w 4 --threads 8 --chdir examples django_view:application
        (set LOUSHO_DB so that every worker shares one SQLite file)
 
 On PostgreSQL: when settings.DATABASES["default"] is a PostgreSQL database, the sessions go
@@ -35,7 +40,7 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -63,19 +68,30 @@ if not settings.configured:
 
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.core.wsgi import get_wsgi_application
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import (
+    FileResponse,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from lousho_sync import (
+    InvalidEventIdError,
     LoushoError,
     ModelRequest,
     ScriptedProvider,
     Step,
+    TurnNotFoundError,
     create_agent,
     session_id_for,
 )
 from lousho_sync.sqlite import SqliteStore
+from lousho_sync.sse import HEADERS, sse_stream
+
+PAGE = Path(__file__).resolve().parent / "static" / "chat.html"
 
 POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.db.backends.postgresql_psycopg2")
 DJANGO_ONLY_OPTIONS = {"isolation_level", "pool", "server_side_binding", "assume_role",
@@ -83,11 +99,8 @@ DJANGO_ONLY_OPTIONS = {"isolation_level", "pool", "server_side_binding", "assume
 
 
 def model(req: ModelRequest) -> Step:
-    """The offline stand-in for a model: counts the user's messages, a few words at a time;
-    asked for a story, it goes on for a long while (long enough to hang up in the middle)."""
+    """The offline stand-in for a model: counts the user's messages, a few words at a time."""
     users = [m.text for m in req.messages if m.role == "user"]
-    if "story" in users[-1]:
-        return Step(chunks=["Once upon a time"] + [" and then"] * 20_000 + ["."])
     return Step(chunks=[f"{len(users)} message(s) so far;", f" latest: {users[-1]}"])
 
 
@@ -134,12 +147,6 @@ agent = create_agent(
 )
 
 
-def sse(data: object, event: str | None = None) -> str:
-    """One server-sent event."""
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data)}\n\n"
-
-
 def message_of(body: bytes) -> str | None:
     """The ``"message"`` of a JSON request body: a non-empty str, else None (a 400)."""
     try:
@@ -153,53 +160,67 @@ def message_of(body: bytes) -> str | None:
 BAD_REQUEST = {"error": 'send a JSON object with a non-empty "message" string'}
 
 
+def page(request: HttpRequest) -> HttpResponse:
+    return FileResponse(PAGE.open("rb"), content_type="text/html")
+
+
 @csrf_exempt
 def chat(request: HttpRequest, user: str) -> HttpResponse:
-    """POST: one streamed turn of the user's session; GET: its transcript."""
+    """POST: start a turn of the user's session; GET: its transcript and running turn."""
     session = agent.session(id=session_id_for(user))
     if request.method == "GET":
+        turn = session.current_turn()
         return JsonResponse({"session_id": session.id, "messages": [
-            {"role": m.role, "text": m.text} for m in session.messages]})
+            {"role": m.role, "text": m.text} for m in session.messages],
+            "turn": None if turn is None else {"turn_id": turn.turn_id,
+                                               "status": turn.status}})
     text = message_of(request.body)
     if text is None:
         return JsonResponse(BAD_REQUEST, status=400)
     try:
-        run = session.stream(text)
-    except LoushoError as exc:  # e.g. its turn waits for an approval (a store without
-        return JsonResponse({"error": str(exc), "code": exc.code}, status=409)  # checkpoints)
-
-    def events() -> Iterator[str]:
-        # A client that hangs up makes the server close this generator: the loop stops,
-        # and leaving it aborts the turn (nothing of it is saved).
-        try:
-            for event in run:
-                if event.type == "text.delta":
-                    yield sse({"text": event.text})
-                elif event.type == "run.done":
-                    yield sse({"finish_reason": event.finish_reason, "session_id": session.id,
-                               "messages": len(session.messages)}, "done")
-        except LoushoError as exc:  # e.g. SessionAwaitingApprovalError: told, not raised
-            yield sse({"error": str(exc), "code": exc.code}, "error")
-
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+        run = session.start(text)  # runs to its end here, whoever reads it
+    except LoushoError as exc:  # e.g. its turn waits for an approval
+        return JsonResponse({"error": str(exc), "code": exc.code}, status=409)
+    return JsonResponse({"session_id": session.id, "turn_id": run.turn_id}, status=202)
 
 
-urlpatterns = [path("chat/<path:user>", chat)]
+def events(request: HttpRequest, user: str) -> HttpResponse:
+    """The turn's events as server-sent events, resumed after Last-Event-ID."""
+    session = agent.session(id=session_id_for(user))
+    try:
+        frames = sse_stream(session, turn_id=request.GET.get("turn"),
+                            last_event_id=request.headers.get("Last-Event-ID"))
+    except InvalidEventIdError as exc:  # a bad or foreign Last-Event-ID
+        return JsonResponse({"error": str(exc), "code": exc.code}, status=400)
+    except TurnNotFoundError as exc:
+        return JsonResponse({"error": str(exc), "code": exc.code}, status=404)
+    # a client that hangs up closes the generator: the turn goes on
+    return StreamingHttpResponse(frames, headers=HEADERS)
+
+
+urlpatterns = [path("", page), path("chat/<path:user>/events", events),
+               path("chat/<path:user>", chat)]
 application = get_wsgi_application()
 
 
-def read_stream(port: int, user: str, message: str) -> str:
-    """A client: POST a message, print the answer as it streams in."""
+def send(port: int, user: str, message: str) -> str:
+    """A client: POST a message (202 and the turn's id), then read the turn's events and
+    return the answer's text."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request("POST", f"/chat/{quote(user)}", json.dumps({"message": message}),
                  {"Content-Type": "application/json"})
-    text = ""
+    started = conn.getresponse()
+    assert started.status == 202, started.read()
+    turn_id = json.loads(started.read())["turn_id"]
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", f"/chat/{quote(user)}/events?turn={turn_id}")
+    text, kind = "", ""
     for line in conn.getresponse():
-        if line.startswith(b"data: ") and "text" in (data := json.loads(line[6:])):
-            text += data["text"]
+        if line.startswith(b"event: "):
+            kind = line[7:].decode().strip()
+        elif line.startswith(b"data: ") and kind == "text.delta":
+            text += json.loads(line[6:])["text"]
     conn.close()
     return text
 
@@ -216,7 +237,7 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         for message in ("Hi there", "Still here"):
-            print(read_stream(port, "tenant:7/ali", message))
+            print(send(port, "tenant:7/ali", message))
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         conn.request("GET", f"/chat/{quote('tenant:7/ali')}")
         history = json.loads(conn.getresponse().read())

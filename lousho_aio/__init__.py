@@ -45,6 +45,7 @@ from lousho_sync.errors import (
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
+    TurnNotFoundError,
 )
 from lousho_sync.event_json import EVENT_JSON_VERSION, event_to_dict
 from lousho_sync.events import (
@@ -61,11 +62,14 @@ from lousho_sync.events import (
     RunFailed,
     RunStart,
     SessionEvent,
+    StepReset,
     StepStart,
     TextDelta,
     ToolCallStart,
     ToolResultEvent,
     UsageEvent,
+    event_id,
+    parse_event_id,
 )
 from lousho_sync.ids import session_id_for
 from lousho_sync.limits import Limits, Price
@@ -84,7 +88,7 @@ from lousho_sync.providers.base import (
 from lousho_sync.providers.openai import OpenAIProvider
 from lousho_sync.providers.registry import register_provider, resolve_model
 from lousho_sync.providers.scripted import ScriptedProvider, Step
-from lousho_sync.results import ExecutionResult, PendingTurn, PruneResult
+from lousho_sync.results import ExecutionResult, PendingTurn, PruneResult, TurnInfo
 from lousho_sync.session import TurnPolicy
 from lousho_sync.signal import AbortController, Signal
 from lousho_sync.stores.base import (
@@ -118,6 +122,8 @@ from .run import AsyncAgentRun
 from .session import AsyncApproveCallback, AsyncSession
 
 __all__ = [
+    "DEFAULT_MAX_WORKERS",
+    "EVENT_BUFFER",
     "EVENT_JSON_VERSION",
     "AbortController",
     "AbortedError",
@@ -125,8 +131,8 @@ __all__ = [
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalExpiredError",
-    "ApprovalPage",
     "ApprovalNotFoundError",
+    "ApprovalPage",
     "ApprovalRecord",
     "ApprovalRequested",
     "ApprovalStore",
@@ -143,8 +149,6 @@ __all__ = [
     "CompactionStart",
     "ConfigError",
     "ContextCleared",
-    "DEFAULT_MAX_WORKERS",
-    "EVENT_BUFFER",
     "EncryptedStore",
     "Event",
     "ExecutionResult",
@@ -193,13 +197,14 @@ __all__ = [
     "ScriptedProvider",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionEvent",
     "SessionExistsError",
     "SessionInfo",
     "SessionPage",
-    "SessionEvent",
     "SessionStore",
     "Signal",
     "Step",
+    "StepReset",
     "StepStart",
     "StorageService",
     "StorageServiceApprovalStore",
@@ -207,8 +212,8 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreDecryptError",
-    "StoreEncryptedError",
     "StoreDurabilityWarning",
+    "StoreEncryptedError",
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
@@ -220,16 +225,20 @@ __all__ = [
     "ToolContext",
     "ToolResultEvent",
     "ToolSpec",
+    "TurnInfo",
+    "TurnNotFoundError",
     "TurnPolicy",
     "Usage",
     "UsageEvent",
     "configure",
     "create_agent",
+    "event_id",
+    "event_to_dict",
     "max_workers",
     "memory_store",
     "message_from_dict",
     "message_to_dict",
-    "event_to_dict",
+    "parse_event_id",
     "register_provider",
     "resolve_model",
     "result_from_dict",

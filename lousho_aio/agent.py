@@ -142,12 +142,13 @@ class AsyncAgent:
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
         lease_ttl_s: float | None = None,
+        idempotency_ttl_s: float | None = None,
     ) -> AsyncSession:
         """A multi-turn session (see ``Agent.session``); does no I/O."""
         return AsyncSession(
             self._agent.session(
                 id, store=store, checkpoint_store=checkpoint_store, turn_policy=turn_policy,
-                limits=limits, lease_ttl_s=lease_ttl_s,
+                limits=limits, lease_ttl_s=lease_ttl_s, idempotency_ttl_s=idempotency_ttl_s,
             )
         )
 

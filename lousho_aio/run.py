@@ -43,6 +43,17 @@ class AsyncAgentRun:
         return self._run.run_id
 
     @property
+    def turn_id(self) -> str:
+        """The id of the turn this run reads (what ``attach()`` takes)."""
+        return self._run.turn_id
+
+    @property
+    def detached(self) -> bool:
+        """True for a run of ``start()``/``attach()``: leaving its loop (or cancelling the
+        reading task) leaves the turn running."""
+        return self._run.detached
+
+    @property
     def done(self) -> bool:
         """True once the run has ended (``result()`` will not wait)."""
         return self._run.done
@@ -53,8 +64,10 @@ class AsyncAgentRun:
                 f"run {self.run_id} is already being read (iterate an AsyncAgentRun once, "
                 "before awaiting result())"
             )
-        self._pump = _bridge.EventPump(self._run, abort=self._run.abort, leave=self._run.leave,
-                                       ahead=_text)
+        detached = self._run.detached
+        self._pump = _bridge.EventPump(
+            self._run, abort=(lambda _: None) if detached else self._run.abort,
+            leave=self._run.leave, ahead=_text)
         return _Reader(self._pump)
 
     async def result(self, timeout: float | None = None) -> ExecutionResult:
@@ -64,6 +77,11 @@ class AsyncAgentRun:
         discarded); when they are read, the reader never blocks this wait. ``timeout``
         raises TimeoutError (the run goes on); cancelling the awaiting task aborts the run.
         """
+        if self._run.detached:
+            run = self._run
+            waiting = _bridge.start(lambda: run.result(timeout))
+            await _bridge.wait(waiting, timeout=None, on_cancel=lambda: None)
+            return waiting.result()
         if not self._run.done:
             fut: asyncio.Future[Any]
             if self._pump is not None:

@@ -9,7 +9,7 @@ from lousho_sync.events import ListenerEvent
 from lousho_sync.inputs import InputLike
 from lousho_sync.limits import Limits
 from lousho_sync.messages import Message
-from lousho_sync.results import ExecutionResult, PendingTurn
+from lousho_sync.results import ExecutionResult, PendingTurn, TurnInfo
 from lousho_sync.run import AgentRun
 from lousho_sync.session import Session, TurnPolicy
 from lousho_sync.signal import Signal
@@ -87,6 +87,11 @@ class AsyncSession:
         self._session.limits = value
 
     @property
+    def idempotency_ttl_s(self) -> float:
+        """How long a used ``idempotency_key`` starts no second turn (seconds)."""
+        return self._session.idempotency_ttl_s
+
+    @property
     def messages(self) -> tuple[Message, ...]:
         """A read-only snapshot of the transcript. The first access of a session never
         loaded reads the store in the calling thread: ``await load()`` first to avoid it."""
@@ -104,22 +109,67 @@ class AsyncSession:
         *,
         signal: Signal | None = None,
         approve: AsyncApproveCallback | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionResult:
         """One turn with the whole transcript. The turn joins the session's queue when
-        ``send()`` is called (with ``approve``: when its pool thread starts)."""
+        ``send()`` is called (with ``approve``: when its pool thread starts).
+        ``idempotency_key``: as for the sync ``Session.send``."""
         if approve is None:
             with _bridge.as_current_task():
-                run = self._session.stream(input, signal=signal)
+                run = self._session.stream(input, signal=signal,
+                                           idempotency_key=idempotency_key)
             return await drive(run)
         return await _bridge.call_aborting(
             self._session.send, input, signal=signal,
-            approve=_bridge.to_thread_callback(approve),
+            approve=_bridge.to_thread_callback(approve), idempotency_key=idempotency_key,
         )
 
-    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AsyncAgentRun:
-        """The same turn as an :class:`AsyncAgentRun`; it joins the queue now."""
+    def stream(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncAgentRun:
+        """The same turn as an :class:`AsyncAgentRun`; it joins the queue now
+        (``idempotency_key``: as for the sync ``Session.stream``)."""
         with _bridge.as_current_task():
-            return AsyncAgentRun(self._session.stream(input, signal=signal))
+            return AsyncAgentRun(self._session.stream(input, signal=signal,
+                                                      idempotency_key=idempotency_key))
+
+    async def start(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncAgentRun:
+        """Start the turn detached (see ``Session.start``): it runs to its end in the pool
+        whether or not anyone reads it; ``async for`` reads its events live."""
+        run = await _bridge.call(self._session.start, input, signal=signal,
+                                 idempotency_key=idempotency_key)
+        return AsyncAgentRun(run)
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> AsyncAgentRun:
+        """A read-only run of a detached turn's events with ``seq > after`` (see
+        ``Session.attach``); ``async for`` it."""
+        return AsyncAgentRun(self._session.attach(turn_id, after=after))
+
+    async def current_turn(self) -> TurnInfo | None:
+        """The session's unfinished detached turn (see ``Session.current_turn``)."""
+        return await _bridge.call(self._session.current_turn)
+
+    @property
+    def event_ttl_s(self) -> float:
+        """How long a detached turn's events are kept after its end (seconds)."""
+        return self._session.event_ttl_s
+
+    @event_ttl_s.setter
+    def event_ttl_s(self, value: float) -> None:
+        self._session.event_ttl_s = value
+
+    @property
+    def event_interval_s(self) -> float:
+        """At most one event-log write of text deltas per this many seconds of a turn."""
+        return self._session.event_interval_s
+
+    @event_interval_s.setter
+    def event_interval_s(self, value: float) -> None:
+        self._session.event_interval_s = value
 
     async def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""

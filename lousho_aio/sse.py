@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from lousho_sync.events import RunEvent
 from lousho_sync.sse import (
@@ -19,6 +19,7 @@ from lousho_sync.sse import (
     UI_MESSAGE_STREAM_DONE,
     UI_MESSAGE_STREAM_HEADERS,
     UIMessageParts,
+    attach_for,
     check_stream_args,
     check_turn,
     event_turn_id,
@@ -36,10 +37,12 @@ __all__ = [
     "UI_MESSAGE_STREAM_HEADERS",
     "event_turn_id",
     "parse_last_event_id",
+    "sse_stream",
     "sse_frame",
     "sse_frames",
     "ui_frame",
     "ui_message_frames",
+    "ui_message_stream",
 ]
 
 
@@ -131,3 +134,40 @@ async def _ui_frames(
             yield ui_frame(part)
         if event.type == "run.done":
             yield UI_MESSAGE_STREAM_DONE
+
+
+class AsyncAttachable(Protocol):
+    """What :func:`sse_stream` reads: an ``AsyncSession`` (``attach()`` gives an ``async for``
+    run of a turn's events)."""
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> AsyncIterable[RunEvent]:
+        """A turn's events with ``seq > after``, live until it ends or pauses."""
+        ...
+
+
+def sse_stream(
+    session: AsyncAttachable,
+    *,
+    last_event_id: str | None = None,
+    turn_id: str | None = None,
+    heartbeat_s: float | None = 15.0,
+    retry_ms: int = 2000,
+) -> AsyncIterator[str]:
+    """The frames of :func:`lousho_sync.sse.sse_stream`, asynchronously (``async for``). A bad
+    or foreign ``last_event_id`` raises ``InvalidEventIdError`` here, before any frame."""
+    check_stream_args(heartbeat_s, retry_ms)
+    events, expected = attach_for(session.attach, last_event_id, turn_id)
+    return _frames(events, heartbeat_s, retry_ms, expected)
+
+
+def ui_message_stream(
+    session: AsyncAttachable,
+    *,
+    last_event_id: str | None = None,
+    turn_id: str | None = None,
+    heartbeat_s: float | None = 15.0,
+) -> AsyncIterator[str]:
+    """The frames of :func:`lousho_sync.sse.ui_message_stream`, asynchronously."""
+    check_stream_args(heartbeat_s, 0)
+    events, expected = attach_for(session.attach, last_event_id, turn_id)
+    return _ui_frames(events, heartbeat_s, expected)

@@ -52,6 +52,7 @@ from .errors import (
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
+    TurnNotFoundError,
 )
 from .event_json import EVENT_JSON_VERSION, event_to_dict
 from .events import (
@@ -68,11 +69,14 @@ from .events import (
     RunFailed,
     RunStart,
     SessionEvent,
+    StepReset,
     StepStart,
     TextDelta,
     ToolCallStart,
     ToolResultEvent,
     UsageEvent,
+    event_id,
+    parse_event_id,
 )
 from .ids import session_id_for
 from .limits import Limits, Price
@@ -91,7 +95,7 @@ from .providers.base import (
 from .providers.openai import OpenAIProvider
 from .providers.registry import register_provider, resolve_model
 from .providers.scripted import ScriptedProvider, Step
-from .results import ExecutionResult, PendingTurn, PruneResult
+from .results import ExecutionResult, PendingTurn, PruneResult, TurnInfo
 from .run import AgentRun
 from .session import Session, TurnPolicy
 from .signal import AbortController, Signal
@@ -145,8 +149,8 @@ __all__ = [
     "AnthropicProvider",
     "ApprovalAlreadyResolvedError",
     "ApprovalExpiredError",
-    "ApprovalPage",
     "ApprovalNotFoundError",
+    "ApprovalPage",
     "ApprovalRecord",
     "ApprovalRequested",
     "ApprovalStore",
@@ -170,8 +174,8 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
-    "InvalidInputError",
     "InvalidEventIdError",
+    "InvalidInputError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
@@ -208,13 +212,14 @@ __all__ = [
     "Session",
     "SessionAwaitingApprovalError",
     "SessionBusyError",
+    "SessionEvent",
     "SessionExistsError",
     "SessionInfo",
     "SessionPage",
-    "SessionEvent",
     "SessionStore",
     "Signal",
     "Step",
+    "StepReset",
     "StepStart",
     "StorageService",
     "StorageServiceApprovalStore",
@@ -222,8 +227,8 @@ __all__ = [
     "StoreConflictError",
     "StoreCorruptError",
     "StoreDecryptError",
-    "StoreEncryptedError",
     "StoreDurabilityWarning",
+    "StoreEncryptedError",
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
@@ -235,14 +240,18 @@ __all__ = [
     "ToolContext",
     "ToolResultEvent",
     "ToolSpec",
+    "TurnInfo",
+    "TurnNotFoundError",
     "TurnPolicy",
     "Usage",
     "UsageEvent",
     "create_agent",
+    "event_id",
     "event_to_dict",
     "memory_store",
     "message_from_dict",
     "message_to_dict",
+    "parse_event_id",
     "register_provider",
     "resolve_model",
     "result_from_dict",

@@ -101,7 +101,7 @@ def open_store(path: str, *, create: bool = True) -> Any:
     Anything else raises StoreProblem with a hint."""
     kind = _kind(path, create=create)
     if kind == "postgres":
-        return _open_postgres(path)
+        return _open_postgres(path, create=create)
     try:
         if kind == "redis":
             try:
@@ -109,6 +109,8 @@ def open_store(path: str, *, create: bool = True) -> Any:
             except ImportError as exc:
                 raise StoreProblem(f"the store {shown(path)!r} needs the redis package: "
                                    "pip install 'lousho[redis]'") from exc
+            if not create:
+                _check_redis_store(path)
             store = _maybe_encrypted(RedisStore(path))
             store.sessions.ids()  # connects now, so a bad URL is reported before anything
             return store
@@ -118,11 +120,61 @@ def open_store(path: str, *, create: bool = True) -> Any:
             return _maybe_encrypted(FileStore(Path(path)))
         from .sqlite import SqliteStore
 
+        if not create:
+            _check_sqlite_store(path)
         return _maybe_encrypted(SqliteStore(Path(path)))
     except StoreProblem:
         raise
     except Exception as exc:  # every store failure becomes one line, no traceback
         raise StoreProblem(f"cannot open the store {shown(path)!r}: {_one_line(exc)}") from exc
+
+
+DEFAULT_PREFIX = "lousho:"
+"""The key prefix of the command's Redis stores (RedisStore's default)."""
+_REDIS_KEYS = ("layout", "sessions", "checkpoint-keys", "approvals-pending",
+               "approvals-resolved", "encrypted")
+"""Keys of which a lousho Redis store has at least one (under its prefix)."""
+
+
+def _check_redis_store(url: str) -> None:
+    """StoreProblem when the Redis database holds no lousho store (under the default
+    prefix): nothing is written. A server that cannot be reached is left to the store to
+    report."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            found = client.exists(*(DEFAULT_PREFIX + k for k in _REDIS_KEYS))
+        finally:
+            client.close()
+    except Exception:  # unreachable or a bad URL: RedisStore says so
+        return
+    if not found:
+        raise StoreProblem(f"no store at {shown(url)!r} (no lousho keys under the prefix "
+                           f"{DEFAULT_PREFIX!r}; nothing was created)")
+
+
+def _check_sqlite_store(path: str) -> None:
+    """StoreProblem when the SQLite file is not a lousho store (an empty file, or another
+    program's database): it is read, never changed. What cannot be read is left to the
+    store to report."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sessions'"
+            ).fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return
+    if not version or not tables:
+        raise StoreProblem(f"no store at {path!r}: it is a SQLite database but not a lousho "
+                           "store (it was left as it was; nothing was created)")
 
 
 KEYS_ENV = "LOUSHO_ENCRYPTION_KEYS"
@@ -155,16 +207,36 @@ def postgres_schema(url: str) -> tuple[str, str]:
     return (f"{base}?{'&'.join(kept)}" if kept else base), schema
 
 
-def _open_postgres(url: str) -> Any:
+def _postgres_schema_exists(conninfo: str, schema: str) -> bool | None:
+    """Whether ``schema`` holds a lousho store (its ``schema_version`` table); None when
+    the server cannot tell (unreachable: the store reports it)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',)
+                               ).fetchone()
+    except Exception:  # nothing of it is shown: its text may hold the conninfo
+        return None
+    return row is not None and row[0] is not None
+
+
+def _open_postgres(url: str, *, create: bool = True) -> Any:
     """A PostgresStore on ``url`` (its tables in the schema of a ``schema=`` query
     parameter, default ``lousho``), connected now; StoreProblem naming the address only
-    (the URL may hold a password)."""
+    (the URL may hold a password). With ``create=False`` a schema without a lousho store is
+    "no store" (nothing is created)."""
     try:
         from .postgres import PostgresStore
     except ImportError:
         raise StoreProblem("a postgresql:// store needs psycopg: "
                            "pip install 'lousho[postgres]'") from None
     problem = ""
+    if not create:
+        conninfo, schema = postgres_schema(url)
+        if _postgres_schema_exists(conninfo, schema) is False:
+            raise StoreProblem(f"no store at {shown(url)!r}: the schema {schema!r} holds no "
+                               "lousho store (nothing was created; is ?schema= right?)")
     try:
         conninfo, schema = postgres_schema(url)
         store = _maybe_encrypted(PostgresStore(conninfo, schema=schema))

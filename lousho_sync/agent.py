@@ -224,10 +224,12 @@ class Agent:
         turn_policy: TurnPolicy = "wait",
         limits: Limits | None = None,
         lease_ttl_s: float | None = None,
+        idempotency_ttl_s: float | None = None,
     ) -> Session:
         """A multi-turn session (a new UUID id unless given). A session-level ``store`` (a
         SessionStore, or an object with sessions/checkpoints) and ``checkpoint_store`` win
-        over the agent's, part by part."""
+        over the agent's, part by part. ``idempotency_ttl_s`` (default 24 h): how long a
+        used ``idempotency_key`` starts no second turn."""
         sid = new_session_id() if id is None else validate_session_id(id)
         s_sessions, s_checkpoints, s_approvals = _parts(store)
         sessions = s_sessions or self._session_store or self._memory
@@ -235,6 +237,13 @@ class Agent:
         kwargs: dict[str, Any] = {}
         if lease_ttl_s is not None:
             kwargs["lease_ttl_s"] = lease_ttl_s
+        if idempotency_ttl_s is not None:
+            if not idempotency_ttl_s > 0:
+                raise ConfigError(
+                    f"idempotency_ttl_s must be a positive number of seconds; "
+                    f"got {idempotency_ttl_s!r}"
+                )
+            kwargs["idempotency_ttl_s"] = idempotency_ttl_s
         session = Session(
             self._base,
             sid,
@@ -247,7 +256,8 @@ class Agent:
             turn_policy=turn_policy,
             limits=limits,
             opener=lambda nid: self.session(nid, store=store, checkpoint_store=checkpoint_store,
-                                            lease_ttl_s=lease_ttl_s),
+                                            lease_ttl_s=lease_ttl_s,
+                                            idempotency_ttl_s=idempotency_ttl_s),
             **kwargs,
         )
         with self._lock:

@@ -71,6 +71,7 @@ __all__ = [
     "StoreError",
     "StoreTooNewError",
     "StoreUnavailableError",
+    "TurnNotFoundError",
 ]
 
 
@@ -396,6 +397,19 @@ class ApprovalNotFoundError(LoushoError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class TurnNotFoundError(LoushoError, LookupError):
+    """``attach()`` named a turn whose events are gone (kept ``event_ttl_s`` after its end)
+    or never existed."""
+
+    code = "LOUSHO_TURN_NOT_FOUND"
+
+    def __init__(self, message: str, *, turn_id: str | None = None,
+                 session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+        self.session_id = session_id
 
 
 class LoushoWarning(UserWarning):

@@ -14,6 +14,8 @@ covered without a change here:
 * an exception as ``{"type": class name, "code": its LoushoError code or None,
   "message": str(error)}`` (never a traceback);
 * a tuple of any of these as a list, another attrs record as a dict of its fields.
+
+A run event's ``turn_id`` (the turn it belongs to) is written too when the event has one.
 """
 
 from __future__ import annotations
@@ -77,4 +79,7 @@ def event_to_dict(event: RunEvent | SessionEvent) -> dict[str, Any]:
     d: dict[str, Any] = {"v": EVENT_JSON_VERSION, "type": event.type}
     for f in attrs.fields(type(event)):
         d[f.name] = _value(getattr(event, f.name), f"{event.type} '{f.name}'")
+    turn_id = getattr(event, "turn_id", None)  # a property of run events, not a field
+    if isinstance(turn_id, str) and "turn_id" not in d:
+        d["turn_id"] = turn_id
     return d

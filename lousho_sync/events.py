@@ -4,9 +4,12 @@ Each class's ``type`` is a ``Literal``: iterating a run yields :data:`Event` (th
 the run events) and a session listener receives :data:`ListenerEvent`, so comparing
 ``event.type`` with a string narrows the event to its class under a type checker.
 
-Run events carry ``run_id`` (of the handle they are read from) and ``seq`` (0, 1, 2, … per
-run). Session listener events (``compaction.*``, ``context.cleared``) carry ``session_id``
-and ``seq`` instead of ``run_id``.
+Run events carry ``run_id`` (of the handle they are read from), ``turn_id`` (the turn they
+belong to: the same string for a turn's own run) and ``seq``: 0, 1, 2, … within the turn, only
+growing, across processes and takeovers (a turn read back from the event log keeps the seq it
+was written with). :func:`event_id` is the server-sent-events id ``"<turn_id>:<seq>"`` and
+:func:`parse_event_id` reads it back. Session listener events (``compaction.*``,
+``context.cleared``) carry ``session_id`` and ``seq`` instead of ``run_id``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TypeAlias
 
 import attrs
 
+from .errors import InvalidInputError
 from .messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -34,11 +38,14 @@ __all__ = [
     "RunFailed",
     "RunStart",
     "SessionEvent",
+    "StepReset",
     "StepStart",
     "TextDelta",
     "ToolCallStart",
     "ToolResultEvent",
     "UsageEvent",
+    "event_id",
+    "parse_event_id",
 ]
 
 
@@ -49,6 +56,11 @@ class RunEvent:
     type: ClassVar[str] = ""
     run_id: str
     seq: int
+
+    @property
+    def turn_id(self) -> str:
+        """The turn this event belongs to (a turn's events carry its id as ``run_id``)."""
+        return self.run_id
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -65,6 +77,16 @@ class StepStart(RunEvent):
     """A model call starts; ``step`` is 1 for the first."""
 
     type: ClassVar[Literal["step.start"]] = "step.start"
+    step: int
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class StepReset(RunEvent):
+    """A turn resumed after its driver died makes step ``step`` again: drop what was shown
+    of that step (its text deltas and anything after its ``step.start``). No other event is
+    ever taken back."""
+
+    type: ClassVar[Literal["step.reset"]] = "step.reset"
     step: int
 
 
@@ -193,6 +215,7 @@ ListenerEvent: TypeAlias = CompactionStart | CompactionDone | ContextCleared
 Event: TypeAlias = (
     RunStart
     | StepStart
+    | StepReset
     | TextDelta
     | ToolCallStart
     | ToolResultEvent
@@ -204,3 +227,24 @@ Event: TypeAlias = (
     | RunDone
 )
 """What iterating a run yields; ``event.type == "text.delta"`` narrows it to :class:`TextDelta`."""
+
+
+def event_id(event: RunEvent) -> str:
+    """The server-sent-events id of a run event: ``"<turn_id>:<seq>"``."""
+    return f"{event.turn_id}:{event.seq}"
+
+
+def parse_event_id(text: str) -> tuple[str, int]:
+    """``(turn_id, seq)`` of an id made by :func:`event_id`; InvalidInputError when ``text``
+    is not one."""
+    if not isinstance(text, str):
+        raise InvalidInputError(
+            f"an event id is a str \"<turn_id>:<seq>\"; got {type(text).__name__}"
+        )
+    turn_id, sep, seq = text.rpartition(":")
+    if not sep or not turn_id or not seq.isascii() or not seq.isdigit() or len(seq) > 18:
+        raise InvalidInputError(
+            f"invalid event id {text[:80]!r}: an event id is \"<turn_id>:<seq>\" with seq a "
+            "number >= 0 (as event_id() makes it)"
+        )
+    return turn_id, int(seq)

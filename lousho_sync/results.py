@@ -1,4 +1,5 @@
-"""Results of a turn: :class:`ExecutionResult`, :class:`PendingTurn`, :class:`PruneResult`."""
+"""Results of a turn: :class:`ExecutionResult`, :class:`PendingTurn`, :class:`PruneResult`,
+:class:`TurnInfo`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import attrs
 
 from .messages import Message, Usage
 
-__all__ = ["ExecutionResult", "FinishReason", "PendingTurn", "PruneResult"]
+__all__ = ["ExecutionResult", "FinishReason", "PendingTurn", "PruneResult", "TurnInfo"]
 
 FinishReason = Literal["stop", "length", "aborted", "awaiting-approval", "limit", "error"]
 
@@ -21,7 +22,9 @@ class ExecutionResult:
     over the turn; ``steps`` counts model calls; ``approval_id``/``approval_ids`` name the
     pending approvals when ``finish_reason == "awaiting-approval"``; ``exceeded`` names the
     limit when ``finish_reason == "limit"``; ``resumed`` is the result of a pending turn
-    that this call finished first (its events were not streamed), else None.
+    that this call finished first (its events were not streamed), else None. ``replayed``
+    is True when this call's ``idempotency_key`` had been used: no turn ran, and this is
+    the committed result of the turn that used it, read from the store.
     """
 
     text: str
@@ -34,6 +37,7 @@ class ExecutionResult:
     approval_ids: tuple[str, ...] = ()
     exceeded: str | None = None
     resumed: ExecutionResult | None = None
+    replayed: bool = False
 
 
 @attrs.frozen(slots=True)
@@ -51,3 +55,18 @@ class PruneResult:
     sessions: int = 0
     checkpoints: int = 0
     approvals: int = 0
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TurnInfo:
+    """A session's unfinished turn as its event log tells (``Session.current_turn()``):
+    ``status`` is ``"running"`` (its driver lives), ``"paused"`` (on an approval) or
+    ``"interrupted"`` (its driver died: an attached reader or the next ``send()`` finishes
+    it); ``started_at`` is a Unix time; ``last_seq`` the seq of its last event written (-1:
+    none yet); ``owner`` the driving process (``"<host>:<pid>:<uuid>"``)."""
+
+    turn_id: str
+    status: Literal["running", "paused", "interrupted"]
+    started_at: float
+    last_seq: int
+    owner: str

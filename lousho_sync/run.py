@@ -71,6 +71,17 @@ class AgentRun:
         return self._control.run_id
 
     @property
+    def turn_id(self) -> str:
+        """The id of the turn this run reads (what ``Session.attach()`` takes)."""
+        return self.run_id
+
+    @property
+    def detached(self) -> bool:
+        """True for a run of ``Session.start()``/``attach()``: its events come from the
+        event log and leaving its loop leaves the turn running."""
+        return False
+
+    @property
     def done(self) -> bool:
         """True once the run has ended (``result()`` will not block)."""
         return self._done.is_set()

@@ -14,7 +14,10 @@ import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal
 
+from . import _idempotency as idem
 from . import _session_ops as ops
+from ._detached import AttachedRun, StartedRun
+from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
 from .compaction import check_keep_last
@@ -22,8 +25,10 @@ from .control import TurnControl
 from .errors import (
     ApprovalAlreadyResolvedError,
     ConfigError,
+    InvalidInputError,
     SessionBusyError,
     SessionExistsError,
+    TurnNotFoundError,
 )
 from .events import ContextCleared, ListenerEvent, RunEvent
 from .ids import new_session_id, validate_session_id
@@ -31,9 +36,11 @@ from .inputs import InputLike, to_messages
 from .limits import Limits
 from .messages import Message
 from .records import session_prefix
-from .results import ExecutionResult, PendingTurn
+from .results import ExecutionResult, PendingTurn, TurnInfo
 from .run import AgentRun, DriverFactory
 from .signal import Signal
+from .stores._events import event_ops_of
+from .stores._lease import owner_is_dead
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive
@@ -67,6 +74,7 @@ class Session:
         limits: Limits | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
         opener: Callable[[str], Session] | None = None,
+        idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> None:
         if turn_policy not in _POLICIES:
             raise ConfigError(
@@ -80,7 +88,13 @@ class Session:
         )
         self.turn_policy: TurnPolicy = turn_policy
         self.limits = limits
+        self.event_ttl_s: float = DEFAULT_TTL_S
+        """How long a detached turn's events are kept after its end (seconds)."""
+        self.event_interval_s: float = DEFAULT_INTERVAL_S
+        """At most one event-log write of text deltas per this many seconds of a turn."""
         self._opener = opener
+        self.idempotency_ttl_s = idempotency_ttl_s
+        """How long a used ``idempotency_key`` starts no second turn (seconds)."""
 
     # --- plain members ---------------------------------------------------------------------
     @property
@@ -132,16 +146,90 @@ class Session:
         *,
         signal: Signal | None = None,
         approve: ApproveCallback | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecutionResult:
-        """One turn with the whole transcript; returns its result."""
-        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True)
+        """One turn with the whole transcript; returns its result.
+
+        With ``idempotency_key`` (a non-empty str of at most 200 characters), a second call
+        with the same key within ``idempotency_ttl_s`` (any process sharing the store) runs
+        no second turn: it waits for the running turn that used the key, then returns that
+        turn's committed result from the store (``result.replayed``). A turn that failed
+        without progress frees its key. A keyed call waits for a running turn under every
+        policy but ``"reject"``.
+        """
+        key = idem.check_key(idempotency_key)
+        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
 
-    def stream(self, input: InputLike, *, signal: Signal | None = None) -> AgentRun:
-        """The same turn as an :class:`AgentRun`; it joins the queue now."""
-        driver, control, discard = self._start(to_messages(input), signal, None)
+    def stream(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
+        """The same turn as an :class:`AgentRun`; it joins the queue now
+        (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
+        key = idem.check_key(idempotency_key)
+        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
+
+    def start(
+        self, input: InputLike, *, signal: Signal | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentRun:
+        """Start the turn detached: under the turn policy it runs to its end in a background
+        thread whether or not anyone reads it; its events go to the store's event log.
+        Iterating the run reads them live (leaving the loop does not abort the turn);
+        ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it.
+        ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
+        key = idem.check_key(idempotency_key)
+        log = self._event_log()
+        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+                                               key=key)
+        inner = AgentRun(driver, control, on_discard=discard)
+        publisher = log.begin(inner.run_id, self._id, self._state.owner)
+        return StartedRun(inner, log, publisher)
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> AgentRun:
+        """A read-only run of a detached turn's events with ``seq > after``, in order, live
+        until the turn ends (``run.done``) or pauses (``approval.requested``), from any
+        process that shares the store. ``turn_id`` None: the session's latest turn.
+        TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
+        or never existed."""
+        if turn_id is not None and not isinstance(turn_id, str):
+            raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
+        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+            raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
+        log = self._event_log()
+        head = log.latest(self._id) if turn_id is None else log.head(turn_id)
+        if head is None or head.session_id != self._id:
+            what = "has no turn" if turn_id is None else f"has no turn {turn_id!r}"
+            raise TurnNotFoundError(
+                f"session {self._id!r} {what} in the event log (it never existed, or it "
+                f"ended more than event_ttl_s={self.event_ttl_s:g} s ago)",
+                turn_id=turn_id, session_id=self._id,
+            )
+        return AttachedRun(log, head.turn_id, after)
+
+    def current_turn(self) -> TurnInfo | None:
+        """The session's detached turn that has not finished (running, paused on an
+        approval, or interrupted: its driver died), from the event log; None when there is
+        none."""
+        head = self._event_log().latest(self._id)
+        if head is None or head.status == "done":
+            return None
+        if head.status == "paused":
+            pending = self.pending()
+            if pending is None or pending.status != "awaiting-approval":
+                return None
+            status: Literal["running", "paused", "interrupted"] = "paused"
+        else:
+            status = "interrupted" if owner_is_dead(head.owner) else "running"
+        return TurnInfo(turn_id=head.turn_id, status=status, started_at=head.started_at,
+                        last_seq=head.last_seq, owner=head.owner)
+
+    def _event_log(self) -> EventLog:
+        return EventLog(event_ops_of(self._p.sessions), interval_s=self.event_interval_s,
+                        ttl_s=self.event_ttl_s)
 
     def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""
@@ -161,14 +249,19 @@ class Session:
         approve: ApproveCallback | None,
         *,
         driven: bool = False,
+        key: str | None = None,
     ) -> tuple[DriverFactory, TurnControl, Callable[[], None] | None]:
         """The turn policy's decision on ``msgs``: a driver that joins the running turn,
         or a new :class:`SessionTurn` queued now (``driven``: by this caller, at once)."""
         st = self._state
         control = TurnControl()
+        if key is not None:
+            msgs = idem.claim(msgs, key)
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
+            if key is not None and policy != "reject":
+                policy = "wait"  # a keyed call never joins nor drops another turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -197,7 +290,8 @@ class Session:
         approve: ApproveCallback | None,
     ) -> SessionTurn:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
-                           limits=self.limits, wait_for_lease=self.turn_policy != "reject")
+                           limits=self.limits, wait_for_lease=self.turn_policy != "reject",
+                           idempotency_ttl_s=self.idempotency_ttl_s)
 
     def _join_driver(
         self,

@@ -24,10 +24,10 @@ import json
 import queue
 import re
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 
-from .errors import InvalidEventIdError, InvalidInputError
+from .errors import InvalidEventIdError, InvalidInputError, LoushoError
 from .event_json import event_to_dict
 from .events import RunEvent
 
@@ -40,10 +40,12 @@ __all__ = [
     "UI_MESSAGE_STREAM_HEADERS",
     "event_turn_id",
     "parse_last_event_id",
+    "sse_stream",
     "sse_frame",
     "sse_frames",
     "ui_frame",
     "ui_message_frames",
+    "ui_message_stream",
 ]
 
 CONTENT_TYPE = "text/event-stream; charset=utf-8"
@@ -367,3 +369,76 @@ def _ui_frames(
             yield ui_frame(part)
         if event.type == "run.done":
             yield UI_MESSAGE_STREAM_DONE
+
+
+# --- a session's turn -----------------------------------------------------------------------
+
+
+class Attachable(Protocol):
+    """What :func:`sse_stream` reads: a session with ``attach(turn_id, *, after)``."""
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> Iterable[RunEvent]:
+        """A turn's events with ``seq > after``, live until it ends or pauses."""
+        ...
+
+
+_Events = TypeVar("_Events")
+
+
+def attach_for(
+    attach: Callable[..., _Events], last_event_id: str | None, turn_id: str | None
+) -> tuple[_Events, str | None]:
+    """The events to send (what ``attach`` returns) and the turn they must belong to: after
+    ``last_event_id`` (which must name ``turn_id`` when both are given), else ``turn_id``
+    (None: the session's latest turn) from its start. A ``last_event_id`` naming a turn the
+    session does not have raises :class:`~lousho_sync.errors.InvalidEventIdError`; other
+    errors of ``attach`` (no turn at all: ``TurnNotFoundError``) pass through."""
+    if last_event_id is None:
+        return attach(turn_id), turn_id
+    found, seq = parse_last_event_id(last_event_id, turn_id=turn_id)
+    try:
+        return attach(found, after=seq), found
+    except LoushoError as exc:
+        if exc.code != "LOUSHO_TURN_NOT_FOUND":
+            raise
+        raise InvalidEventIdError(
+            f"Last-Event-ID {last_event_id!r} names turn {found!r}, which this session does "
+            "not have (another session's turn, or one whose events expired); reconnect "
+            "without it", event_id=last_event_id,
+        ) from exc
+
+
+def sse_stream(
+    session: Attachable,
+    *,
+    last_event_id: str | None = None,
+    turn_id: str | None = None,
+    heartbeat_s: float | None = 15.0,
+    retry_ms: int = 2000,
+) -> Iterator[str]:
+    """The server-sent event frames of a session's turn, read with ``session.attach()``:
+    the turn named by ``last_event_id`` after the event it names (a reconnecting browser's
+    ``Last-Event-ID`` header), else ``turn_id``'s (None: the latest turn's) from its start.
+    See :func:`sse_frames` for the frames. A bad or foreign ``last_event_id`` raises
+    :class:`~lousho_sync.errors.InvalidEventIdError` here, before any frame (answer HTTP
+    400); reading the frames never affects the turn."""
+    check_stream_args(heartbeat_s, retry_ms)
+    events, expected = attach_for(session.attach, last_event_id, turn_id)
+    return _frames(events, heartbeat_s, retry_ms, expected)
+
+
+def ui_message_stream(
+    session: Attachable,
+    *,
+    last_event_id: str | None = None,
+    turn_id: str | None = None,
+    heartbeat_s: float | None = 15.0,
+) -> Iterator[str]:
+    """A session's turn in the AI SDK's UI message stream protocol (see
+    :func:`ui_message_frames`), read with ``session.attach()`` as :func:`sse_stream` reads
+    it. ``useChat``'s resume endpoint (``GET <api>/<chat id>/stream``) answers with this
+    (``turn_id`` None: the running turn, from its start) or, when the session has no
+    unfinished turn, with HTTP 204."""
+    check_stream_args(heartbeat_s, 0)
+    events, expected = attach_for(session.attach, last_event_id, turn_id)
+    return _ui_frames(events, heartbeat_s, expected)

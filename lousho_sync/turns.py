@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from . import _idempotency as idem
 from ._lease_hold import LeaseHold
 from ._session_parts import SessionParts
 from ._session_state import Ticket
@@ -223,7 +224,8 @@ class SessionTurn:
     continuations). The one thing ``send``, ``stream`` and ``resume`` run; driven by one
     thread at a time through :meth:`run`."""
 
-    __slots__ = ("_approve", "_input", "_limits", "_p", "_signal", "_ticket", "_wait")
+    __slots__ = ("_approve", "_idem_ttl_s", "_input", "_limits", "_p", "_signal", "_ticket",
+                 "_wait")
 
     def __init__(
         self,
@@ -235,8 +237,10 @@ class SessionTurn:
         approve: ApproveCallback | None = None,
         limits: Limits | None = None,
         wait_for_lease: bool = True,
+        idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> None:
         self._p = parts
+        self._idem_ttl_s = idempotency_ttl_s
         self._ticket = ticket
         self._input = input
         self._signal = signal
@@ -254,6 +258,7 @@ class SessionTurn:
         assert control is not None
         unlink = link(self._signal, control.abort)
         msgs = self._input
+        key = key_of(msgs)
         result: ExecutionResult | None
         try:
             if not st.wait_for_slot(self._ticket, control.signal):
@@ -271,8 +276,14 @@ class SessionTurn:
                         except LoushoError as exc:
                             _about_pending(exc, own_input=msgs is not None)
                             raise
+                        replay = (idem.find(st.messages, key, self._idem_ttl_s)
+                                  if key is not None else None)
                         if msgs is None:
                             result = resumed
+                        elif replay is not None:  # the key was used: no second turn
+                            result = replay
+                            if resumed is not None and resumed.run_id != replay.run_id:
+                                result = attrs.evolve(replay, resumed=resumed)
                         else:
                             try:
                                 if self._p.base.compaction is not None:
@@ -358,18 +369,33 @@ class SessionTurn:
                       session_used=st.used, durable=p.checkpoints is not None)
         committer = p.committer if p.checkpoints is not None else None
 
+        key = key_of(state.input)
+        sealed: list[tuple[ExecutionResult, ExecutionResult]] = []
+
         def commit(result: ExecutionResult) -> None:
+            if key is not None:  # the key sealed in the commit: see _idempotency
+                sealed.append((result, idem.seal(result, key)))
+                result = sealed[-1][1]
             _commit(p, result.messages, writer=writer, key=state.key, committer=committer,
                     hold=hold, release=last)
 
         turn = Turn(p.base.config, env, control, state, st.messages, emit=emit)
         result: ExecutionResult = yield from play(
             turn, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT)
+        if sealed and sealed[-1][0] is result:
+            result = sealed[-1][1]
         paused = result.finish_reason == "awaiting-approval"
         if paused:
             with st.lock:
                 st.awaiting = result.approval_id
         return result
+
+
+def key_of(msgs: Sequence[Message] | None) -> str | None:
+    """The idempotency key a turn's input claims (see :mod:`lousho_sync._idempotency`)."""
+    stamp = msgs[0].extra.get(idem.EXTRA) if msgs else None
+    key = stamp.get("key") if isinstance(stamp, Mapping) else None
+    return key if isinstance(key, str) else None
 
 
 def _about_pending(exc: LoushoError, *, own_input: bool) -> None:

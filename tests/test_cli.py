@@ -374,6 +374,61 @@ def test_read_only_commands_never_create_a_store(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+_READ_ONLY = (["list"], ["show", "x"], ["delete", "x"], ["undo", "x"], ["fork", "x", "y"],
+              ["prune", "--older-than", "1d", "--yes"])
+
+
+def test_sessions_commands_never_create_a_postgres_schema(
+    tmp_path: Path, postgres_url: str, postgres_schema: str
+) -> None:
+    import psycopg
+
+    typo = f"{postgres_url}?schema={postgres_schema}"
+    for args in _READ_ONLY:
+        line = problem(lousho("sessions", "--store", typo, *args, cwd=tmp_path))
+        assert "no store at" in line and repr(postgres_schema) in line, line
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        found = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
+                             (postgres_schema,)).fetchone()
+    assert found == (0,), "a read-only command created the schema"
+
+
+def test_sessions_commands_never_write_a_redis_key(tmp_path: Path, redis_url: str) -> None:
+    import redis
+
+    url = redis_url.rsplit("/", 1)[0] + "/11"  # a database no other test writes
+    client = redis.Redis.from_url(url)
+    try:
+        client.delete(*client.keys("lousho:*") or ["lousho:none"])
+        for args in _READ_ONLY:
+            line = problem(lousho("sessions", "--store", url, *args, cwd=tmp_path))
+            assert "no store at" in line and "lousho:" in line, line
+        assert client.keys("*") == []
+    finally:
+        client.close()
+
+
+def test_sessions_commands_refuse_a_sqlite_file_that_is_not_a_lousho_store(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    before = {p: p.read_bytes() for p in (other, empty)}
+    for db in (other, empty):
+        for args in _READ_ONLY:
+            line = problem(lousho("sessions", "--store", str(db), *args, cwd=tmp_path))
+            assert "no store at" in line and "not a lousho store" in line, line
+    assert {p: p.read_bytes() for p in (other, empty)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db", "empty.db"]
+
+
 def test_unreachable_and_unwritable_stores_fail_before_the_prompt(tmp_path: Path) -> None:
     with socket_closed_port() as port:
         line = problem(lousho("chat", "--store", f"redis://127.0.0.1:{port}/0", cwd=tmp_path))

@@ -319,6 +319,45 @@ def test_records_moved_between_sessions_or_positions_are_detected(tmp_path: Path
             store.approvals.get("a2")
 
 
+def test_swapped_history_rows_are_detected(tmp_path: Path) -> None:
+    db = tmp_path / "enc.db"
+    with _open(db, K1) as store:
+        store.sessions.save("s", [user("q0"), assistant("a0")])
+        store.sessions.compact("s", [user("summary 1")],
+                               replaced=[user("q0"), assistant("a0")])
+        store.sessions.append("s", [user("q1"), assistant("a1")], expected_length=1)
+        store.sessions.compact("s", [user("summary 2")],
+                               replaced=[user("summary 1"), user("q1"), assistant("a1")])
+        assert texts(store.sessions.history("s")) == ["q0", "a0", "summary 1", "q1", "a1"]
+        rows = _sql(db, "SELECT id, json FROM history ORDER BY id")
+        assert len(rows) == 5
+        for i, j in ((0, 1), (1, 3)):  # within one compaction, and across two
+            (ri, ti), (rj, tj) = rows[i], rows[j]
+            _sql(db, "UPDATE history SET json = ? WHERE id = ?", tj, ri)
+            _sql(db, "UPDATE history SET json = ? WHERE id = ?", ti, rj)
+            with pytest.raises(StoreDecryptError, match=f"history message {i} of session 's'"):
+                store.sessions.history("s")
+            _sql(db, "UPDATE history SET json = ? WHERE id = ?", ti, ri)
+            _sql(db, "UPDATE history SET json = ? WHERE id = ?", tj, rj)
+        assert texts(store.sessions.history("s")) == ["q0", "a0", "summary 1", "q1", "a1"]
+
+
+def test_history_written_before_positions_were_bound_is_still_read(tmp_path: Path) -> None:
+    from lousho_sync.codec import dumps_message
+    from lousho_sync.stores.encrypted import Keyring, record_aad
+
+    def legacy(m: Message) -> Message:  # how earlier releases sealed a history message
+        token = Keyring([K1]).seal(dumps_message(m).encode(), record_aad("history", "s"))
+        return Message(m.role, "", metadata={MARK: token})
+
+    with _open(tmp_path / "enc.db", K1) as store:
+        store.sessions.save("s", [user("q0")])
+        store.inner.sessions.compact("s", store.inner.sessions.load("s"),
+                                     replaced=[legacy(user("old 0")), legacy(user("old 1"))])
+        store.sessions.compact("s", [user("summary")], replaced=[user("q0")])
+        assert texts(store.sessions.history("s")) == ["old 0", "old 1", "q0"]
+
+
 def test_an_approval_status_changed_in_the_inner_store_is_detected(tmp_path: Path) -> None:
     db = tmp_path / "enc.db"
     with _open(db, K1) as store:

@@ -1,7 +1,9 @@
 """The web examples (Flask, Django, ASGI) served on 127.0.0.1 by a real HTTP server and
-called through a real HTTP client: answers stream as server-sent events, any user key is a
-session, the transcript can be read back, and a client that hangs up mid-stream aborts its
-turn without changing the transcript. On PostgreSQL (the ``postgres_url`` fixture: skipped
+called through a real HTTP client: a POST starts a detached turn (202 and its id), its
+events stream as server-sent events with ``id: <turn_id>:<seq>``, a reconnect with
+Last-Event-ID resumes after that event, a bad or foreign Last-Event-ID is a 400, any user key
+is a session, the transcript can be read back, and a client that hangs up mid-stream leaves
+the turn running to its commit. On PostgreSQL (the ``postgres_url`` fixture: skipped
 with the reason without a server, failing under ``CI``), the Flask and Django examples run
 as two processes each, by their dev servers, sharing one database: a turn sent to one is
 in PostgreSQL and read by the other."""
@@ -90,30 +92,52 @@ def port(request: pytest.FixtureRequest) -> Iterator[int]:
     yield from SERVERS[request.param]()
 
 
-def parse_sse(raw: bytes) -> list[tuple[str, Any]]:
-    """(event name, data) pairs; the name is "message" when the event has none."""
+def parse_sse(raw: bytes) -> list[tuple[str, Any, str | None]]:
+    """(event name, data, id) triples of the frames that carry data."""
     events = []
     for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        name, data = "message", None
+        name, data, event_id = "message", None, None
         for line in block.splitlines():
             if line.startswith("event: "):
                 name = line[7:]
             elif line.startswith("data: "):
                 data = json.loads(line[6:])
-        events.append((name, data))
+            elif line.startswith("id: "):
+                event_id = line[4:]
+        if data is not None:
+            events.append((name, data, event_id))
     return events
 
 
-def post(port: int, user: str, message: str) -> tuple[http.client.HTTPResponse, list[Any]]:
+def start(port: int, user: str, message: str) -> tuple[int, dict[str, Any]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
     conn.request("POST", f"/chat/{quote(user, safe='')}", json.dumps({"message": message}),
                  {"Content-Type": "application/json"})
     response = conn.getresponse()
-    events = parse_sse(response.read())
+    doc: dict[str, Any] = json.loads(response.read())
     conn.close()
-    return response, events
+    return response.status, doc
+
+
+def read_events(port: int, user: str, turn_id: str | None = None,
+                last_event_id: str | None = None) -> tuple[http.client.HTTPResponse, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+    query = "" if turn_id is None else f"?turn={turn_id}"
+    headers = {} if last_event_id is None else {"Last-Event-ID": last_event_id}
+    conn.request("GET", f"/chat/{quote(user, safe='')}/events{query}", headers=headers)
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    return response, body
+
+
+def post(port: int, user: str, message: str) -> tuple[dict[str, Any], list[Any]]:
+    """Start a turn (202) and read its events to the end."""
+    status, doc = start(port, user, message)
+    assert status == 202, doc
+    response, body = read_events(port, user, doc["turn_id"])
+    assert response.status == 200, body
+    return doc, parse_sse(body)
 
 
 def transcript(port: int, user: str) -> dict[str, Any]:
@@ -143,25 +167,61 @@ def test_a_request_without_a_message_is_answered_400_and_stores_nothing(port: in
 
 def test_an_answer_streams_as_server_sent_events(port: int) -> None:
     user = "first@example.com"
-    response, events = post(port, user, "Hello")
+    status, started = start(port, user, "Hello")
+    assert status == 202 and started["session_id"] == session_id_for(user)
+    turn_id = started["turn_id"]
+    response, body = read_events(port, user, turn_id)
     assert response.status == 200
     assert response.headers["Content-Type"].startswith("text/event-stream")
-    texts = [data["text"] for name, data in events if name == "message"]
-    assert len(texts) >= 2  # streamed in pieces, not one body
+    assert response.headers["Cache-Control"] == "no-cache"
+    assert body.startswith(b"retry: ")
+    events = parse_sse(body)
+    assert [i for _, _, i in events] == [f"{turn_id}:{d['seq']}" for _, d, _ in events]
+    assert all(d["type"] == name and d["turn_id"] == turn_id for name, d, _ in events)
+    texts = [d["text"] for name, d, _ in events if name == "text.delta"]
     assert "Hello" in "".join(texts)
-    assert events[-1] == ("done", {"finish_reason": "stop", "session_id": session_id_for(user),
-                                   "messages": 2})
+    assert events[0][0] == "run.start" and events[-1][0] == "run.done"
+    assert events[-1][1]["finish_reason"] == "stop"
+    assert events[-1][1]["result"]["text"] == "".join(texts)
     doc = transcript(port, user)
-    assert doc["session_id"] == session_id_for(user)
+    assert doc["session_id"] == session_id_for(user) and doc["turn"] is None
     assert doc["messages"] == [{"role": "user", "text": "Hello"},
                                {"role": "assistant", "text": "".join(texts)}]
+    # without ?turn: the latest turn
+    _, latest = read_events(port, user)
+    assert parse_sse(latest) == events
+
+
+def test_a_reconnect_with_last_event_id_resumes_after_it(port: int) -> None:
+    user = "reconnects@example.com"
+    started, events = post(port, user, "one two three four")
+    for cut in (0, 2, len(events) - 2):
+        response, body = read_events(port, user, started["turn_id"],
+                                     last_event_id=events[cut][2])
+        assert response.status == 200
+        assert parse_sse(body) == events[cut + 1:]
+
+
+def test_a_bad_or_foreign_last_event_id_is_a_400_and_no_turn_a_404(port: int) -> None:
+    mine, _ = post(port, "mine@example.com", "hi")
+    theirs, _ = post(port, "theirs@example.com", "hi")
+    for bad in ("garbage", f"{mine['turn_id']}", f"{mine['turn_id']}:-1",
+                f"{theirs['turn_id']}:1"):  # another session's turn: never streamed
+        response, body = read_events(port, "mine@example.com", last_event_id=bad)
+        assert response.status == 400, (bad, body)
+        assert json.loads(body)["code"] == "LOUSHO_INVALID_EVENT_ID"
+    response, body = read_events(port, "mine@example.com", mine["turn_id"],
+                                 last_event_id=f"{theirs['turn_id']}:1")
+    assert response.status == 400 and b"names turn" in body
+    response, body = read_events(port, "nobody@example.com")
+    assert response.status == 404 and json.loads(body)["code"] == "LOUSHO_TURN_NOT_FOUND"
 
 
 def test_any_user_key_is_its_own_session(port: int) -> None:
     keys = ["a.b", "bad/id", "ali@example.com", "tenant:42", "用户", "José", "x" * 300]
     for key in keys:
-        response, events = post(port, key, f"I am {key}")
-        assert response.status == 200 and events[-1][0] == "done", (key, events)
+        _, events = post(port, key, f"I am {key}")
+        assert events[-1][0] == "run.done", (key, events)
     for key in keys:
         doc = transcript(port, key)
         assert doc["session_id"] == session_id_for(key)
@@ -169,27 +229,24 @@ def test_any_user_key_is_its_own_session(port: int) -> None:
     assert len({session_id_for(k) for k in keys}) == len(keys)
 
 
-def test_a_client_that_hangs_up_mid_stream_aborts_the_turn(port: int) -> None:
+def test_a_client_that_hangs_up_mid_stream_leaves_the_turn_to_commit(port: int) -> None:
     user = "hangs-up@example.com"
-    body = json.dumps({"message": "tell me a story"}).encode()
+    status, started = start(port, user, "tell me a story")
+    assert status == 202
     sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
-    sock.sendall(b"POST /chat/" + quote(user, safe="").encode() + b" HTTP/1.1\r\n"
-                 b"Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.sendall(b"GET /chat/" + quote(user, safe="").encode() + b"/events?turn="
+                 + started["turn_id"].encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     received = b""
-    while b"Once upon a time" not in received:  # the story has started streaming
+    while b"event: run.start" not in received:  # the turn's events have started
         chunk = sock.recv(4096)
         assert chunk, received
         received += chunk
-    sock.close()  # hang up in the middle of the story
-
-    # the same user's next turn waits for the story's turn to end, which the hang-up aborted
-    _, events = post(port, user, "short")
-    assert events[-1][0] == "done" and events[-1][1]["messages"] == 2
+    sock.close()  # hang up
+    _, body = read_events(port, user, started["turn_id"])  # another reader: to the end
+    assert parse_sse(body)[-1][1]["finish_reason"] == "stop"
     doc = transcript(port, user)
-    assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
-    assert doc["messages"][0]["text"] == "short"
-    assert "story" not in json.dumps(doc) and "and then" not in json.dumps(doc)
+    assert [(m["role"], m["text"]) for m in doc["messages"]][0] == ("user", "tell me a story")
+    assert len(doc["messages"]) == 2
 
 
 # --- on PostgreSQL: two app processes share the sessions --------------------------------------
@@ -271,9 +328,8 @@ def test_on_postgres_a_turn_sent_over_http_is_read_by_another_app_process(
     try:
         second = AppProcess(name, env, tmp_path)
         try:
-            response, events = post(first.port, user, "Hello from process one")
-            assert response.status == 200 and events[-1][0] == "done", (
-                events, first.output())
+            _, events = post(first.port, user, "Hello from process one")
+            assert events[-1][0] == "run.done", (events, first.output())
             with PostgresStore(postgres_url, schema=postgres_schema) as store:
                 stored = store.sessions.load(session_id_for(user))  # it is in PostgreSQL
             assert stored is not None
@@ -283,8 +339,8 @@ def test_on_postgres_a_turn_sent_over_http_is_read_by_another_app_process(
             assert [(m["role"], m["text"]) for m in doc["messages"]] == [
                 (m.role, m.text) for m in stored]
             _, events = post(second.port, user, "And from process two")
-            assert events[-1] == ("done", {"finish_reason": "stop",
-                                           "session_id": session_id_for(user), "messages": 4})
+            assert events[-1][1]["finish_reason"] == "stop"
+            assert len(transcript(second.port, user)["messages"]) == 4
             assert [m["text"] for m in transcript(first.port, user)["messages"]][::2] == [
                 "Hello from process one", "And from process two"]
         finally:

@@ -48,23 +48,45 @@ import json as _json
 
 from lousho_sync import ProviderError as _ProviderError, Step as _Step
 
+
+def _frames(_r):
+    assert _r.status_code == 200 and _r.mimetype == "text/event-stream", _r.data
+    _out = []
+    for _block in _r.get_data(as_text=True).split("\\n\\n"):
+        _lines = dict(_l.split(": ", 1) for _l in _block.splitlines() if not _l.startswith(":"))
+        if "data" in _lines:
+            _out.append((_lines["id"], _lines["event"], _json.loads(_lines["data"])))
+    return _out
+
+
 _client = app.test_client()
 for _user in ("ali@example.com", "a.b", "tenant:42/x"):
     _r = _client.post(f"/chat/{_user}", json={"message": "Hi"})
-    assert _r.status_code == 200, _r.data
-    assert _r.mimetype == "text/event-stream"
-    _events = [b for b in _r.get_data(as_text=True).split("\\n\\n") if b]
-    assert _events[0] == 'data: {"text": "Hello from lousho."}', _events
-    assert _events[-1] == 'event: done\\ndata: {"finish_reason": "stop"}', _events
+    assert _r.status_code == 202, _r.data
+    _turn = _r.get_json()["turn_id"]
+    _events = _frames(_client.get(f"/chat/{_user}/events?turn={_turn}"))
+    assert [_i for _i, _, _ in _events] == [f"{_turn}:{_d['seq']}" for _, _, _d in _events]
+    assert "".join(_d["text"] for _, _t, _d in _events if _t == "text.delta") == \\
+        "Hello from lousho."
+    assert _events[-1][1] == "run.done" and _events[-1][2]["finish_reason"] == "stop"
+    # a reconnect with Last-Event-ID goes on after that event
+    _again = _frames(_client.get(f"/chat/{_user}/events?turn={_turn}",
+                                 headers={"Last-Event-ID": _events[1][0]}))
+    assert _again == _events[2:], (_again, _events)
     _doc = _client.get(f"/chat/{_user}").get_json()
     assert [m["role"] for m in _doc["messages"]][-2:] == ["user", "assistant"], _doc
+    assert _doc["turn"] is None
+# a bad Last-Event-ID: 400; a session without turns: 404
+_r = _client.get("/chat/ali@example.com/events", headers={"Last-Event-ID": "garbage"})
+assert _r.status_code == 400 and _r.get_json()["code"] == "LOUSHO_INVALID_EVENT_ID", _r.data
+assert _client.get("/chat/nobody-here/events").status_code == 404
 # a request without a "message" (or not JSON at all): 400, nothing stored
 for _bad in ({"text": "Hi"}, {"message": 5}, {"message": ""}, [1, 2]):
     _r = _client.post("/chat/bad-request", json=_bad)
     assert _r.status_code == 400 and "message" in _r.get_json()["error"], (_bad, _r.data)
 _r = _client.post("/chat/bad-request", data="not json", content_type="text/plain")
 assert _r.status_code == 400, _r.data
-assert _client.get("/chat/bad-request").get_json() == {"messages": []}
+assert _client.get("/chat/bad-request").get_json()["messages"] == []
 # a turn that fails (a LoushoError): the stream says so in an error event, the app lives on
 from lousho_sync import tool as _tool
 
@@ -77,13 +99,13 @@ agent = create_agent(provider=ScriptedProvider([_Step(error=_ProviderError("mode
                                                 _Step(tool_calls=[("_pay", {"amount": 1})])]),
                      tools=[_pay], store=SqliteStore("./.lousho/agent.db"))
 _r = _client.post("/chat/failing", json={"message": "Hi"})
-assert _r.status_code == 200, _r.data
-_events = [b for b in _r.get_data(as_text=True).split("\\n\\n") if b]
-assert _events[-2].startswith("event: error\\ndata: "), _events
-assert _json.loads(_events[-2].split("data: ", 1)[1])["code"] == "LOUSHO_PROVIDER_ERROR"
-assert _events[-1] == 'event: done\\ndata: {"finish_reason": "error"}', _events
+assert _r.status_code == 202, _r.data
+_events = _frames(_client.get(f"/chat/failing/events?turn={_r.get_json()['turn_id']}"))
+assert _events[-2][1] == "error", _events
+assert _events[-2][2]["error"]["code"] == "LOUSHO_PROVIDER_ERROR"
+assert _events[-1][1] == "run.done" and _events[-1][2]["finish_reason"] == "error"
 # a session whose turn waits for an approval: told with the error's code (a 409 when
-# stream() refuses at once, an error event when the durable turn finds it)
+# start() refuses at once, an error event when the durable turn finds it)
 _waiting = agent.session(id=session_id_for("waiting"))
 _waiting.discard_pending()  # from an earlier run of this block
 _waiting.send("pay")
@@ -91,8 +113,8 @@ _r = _client.post("/chat/waiting", json={"message": "Hi"})
 if _r.status_code == 409:
     _code = _r.get_json()["code"]
 else:
-    _events = [b for b in _r.get_data(as_text=True).split("\\n\\n") if b]
-    _code = _json.loads(_events[-2].split("data: ", 1)[1])["code"]
+    _events = _frames(_client.get(f"/chat/waiting/events?turn={_r.get_json()['turn_id']}"))
+    _code = _events[-2][2]["error"]["code"]
 assert _code == "LOUSHO_SESSION_AWAITING_APPROVAL", _r.data
 print("flask app ok")
 '''
@@ -106,6 +128,8 @@ EXPECTED: dict[str, list[str]] = {
               "invalid arguments for tool 'book': argument 'guest.seats': must be <= 8, got 9\n"
               "booked 2 seats for Ann on Friday\n"],
     "Streaming an answer over HTTP (server-sent events)": ["flask app ok"],
+    "Turns that outlive their connection": [
+        "The answer survives the client.\nrun.done None\nThe answer survives the client.\n"],
     "Session ids from user keys": ["ali-example-com-9d86ec2b59bb107bf110722c\n"
                                    "tenant-42-4b5d4625d71bf87fe91c295a\n"],
     "Turn policies": ["busy: HTTP 409\nslow\n"],

@@ -8,18 +8,27 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 from lousho_sync import (
     InvalidEventIdError,
     InvalidInputError,
+    LoushoError,
     ScriptedProvider,
     Step,
     create_agent,
     event_to_dict,
 )
 from lousho_sync.events import RunDone, RunEvent, StepStart, TextDelta
-from lousho_sync.sse import HEARTBEAT, parse_last_event_id, sse_frame, sse_frames
+from lousho_sync.sse import (
+    HEARTBEAT,
+    parse_last_event_id,
+    sse_frame,
+    sse_frames,
+    sse_stream,
+    ui_message_stream,
+)
 
 
 def parse_sse(text: str) -> list[dict[str, Any]]:
@@ -249,3 +258,91 @@ def test_the_aio_twin_refuses_another_turn_and_bad_arguments() -> None:
     assert "mine" in "".join(sent) and "foreign" not in "".join(sent)
     with pytest.raises(InvalidInputError, match="heartbeat_s must be"):
         async_frames(source(), heartbeat_s=-1)
+
+
+# --- sse_stream over a session's attach() --------------------------------------------------
+
+
+class _TurnNotFound(LoushoError):
+    code = "LOUSHO_TURN_NOT_FOUND"
+
+
+class _LoggedTurns:
+    """A session's event log as attach() reads it: the events of finished turns by id."""
+
+    def __init__(self, turns: dict[str, list[RunEvent]]) -> None:
+        self.turns = turns
+        self.calls: list[tuple[str | None, int]] = []
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> Iterator[RunEvent]:
+        self.calls.append((turn_id, after))
+        key = turn_id if turn_id is not None else list(self.turns)[-1]
+        if key not in self.turns:
+            raise _TurnNotFound(f"no turn {key!r}")
+        return iter([e for e in self.turns[key] if e.seq > after])
+
+
+def _logged_turn(turn_id: str) -> list[RunEvent]:
+    provider = ScriptedProvider([Step(text="one two three", chunks=["one ", "two ", "three"])])
+    run = create_agent(provider=provider).session("s1").stream("hi")
+    return [attrs.evolve(e, run_id=turn_id) for e in run]
+
+
+def test_sse_stream_resumes_after_the_last_event_id() -> None:
+    log = _LoggedTurns({"t1": _logged_turn("t1")})
+    first = parse_sse("".join(sse_stream(log, heartbeat_s=None)))[1:]
+    assert log.calls == [(None, -1)]
+    cut = first[3]["id"]  # the browser saw up to here, then the connection dropped
+    rest = parse_sse("".join(sse_stream(log, last_event_id=cut, heartbeat_s=None)))[1:]
+    assert log.calls[-1] == ("t1", 3)
+    assert first[4:] == rest
+    assert rest[-1]["event"] == "run.done"
+
+
+def test_sse_stream_refuses_a_foreign_or_unknown_last_event_id_before_any_frame() -> None:
+    log = _LoggedTurns({"t1": _logged_turn("t1"), "t2": _logged_turn("t2")})
+    with pytest.raises(InvalidEventIdError, match="names turn 't1', not turn 't2'"):
+        sse_stream(log, last_event_id="t1:3", turn_id="t2")
+    with pytest.raises(InvalidEventIdError, match="names turn 'other-session-turn', which "
+                                                  "this session does not have") as info:
+        sse_stream(log, last_event_id="other-session-turn:3")
+    assert isinstance(info.value.__cause__, _TurnNotFound)
+    with pytest.raises(InvalidEventIdError, match="is not of the form"):
+        ui_message_stream(log, last_event_id="garbage")
+    with pytest.raises(_TurnNotFound):  # no Last-Event-ID: not the browser's fault
+        sse_stream(log, turn_id="t9")
+
+
+def test_ui_message_stream_reads_the_turn_as_parts() -> None:
+    log = _LoggedTurns({"t1": _logged_turn("t1")})
+    text = "".join(ui_message_stream(log, heartbeat_s=None))
+    parts = [json.loads(b[6:]) for b in text.split("\n\n") if b and b != "data: [DONE]"]
+    assert text.endswith("data: [DONE]\n\n")
+    assert parts[0]["type"] == "start" and parts[0]["messageId"] == "t1"
+    assert "".join(p["delta"] for p in parts if p["type"] == "text-delta") == "one two three"
+
+
+def test_the_aio_sse_stream_resumes_after_the_last_event_id() -> None:
+    from lousho_aio.sse import sse_stream as async_sse_stream
+
+    class _AsyncLoggedTurns(_LoggedTurns):
+        def attach(self, turn_id: str | None = None, *, after: int = -1) -> Any:
+            events = super().attach(turn_id, after=after)
+
+            async def read() -> Any:
+                for event in events:
+                    yield event
+            return read()
+
+    turn = _logged_turn("t1")
+    log = _AsyncLoggedTurns({"t1": turn})
+
+    async def main() -> list[str]:
+        return [f async for f in async_sse_stream(log, last_event_id="t1:2", heartbeat_s=5.0)]
+
+    frames = asyncio.run(main())
+    expected = list(sse_stream(_LoggedTurns({"t1": turn}), last_event_id="t1:2",
+                               heartbeat_s=None))
+    assert frames == expected and len(frames) > 3 and log.calls == [("t1", 2)]
+    with pytest.raises(InvalidEventIdError):
+        async_sse_stream(log, last_event_id="t1:2", turn_id="t3")

@@ -1000,6 +1000,36 @@ def test_prune_keeps_a_session_under_a_live_lease(kit: Kit, store: Any) -> None:
     assert store.sessions.ids() == ["busy"]
 
 
+def test_prune_keeps_a_pending_approval_with_its_paused_turn(kit: Kit, store: Any) -> None:
+    # a turn paused on an approval: prune keeps its checkpoint and its session, so the
+    # approval can still be resolved and the turn finished
+    kit.need("prune", "raw data")
+    from lousho_sync import Step, tool
+
+    @tool(needs_approval=True)
+    def pay() -> str:
+        """Pay."""
+        return "paid"
+
+    agent = create_agent(provider=ScriptedProvider([Step(tool_calls=[("pay", {})])],
+                                                   default="done"), tools=[pay], store=store)
+    paused = agent.session(id="pend").send("pay")
+    assert paused.approval_id is not None
+    keys = store.checkpoints.keys("pend.")
+    assert len(keys) == 1
+    store.sessions.save("idle", [user("old")])
+    kit.age("checkpoint", keys[0], 7200)
+    kit.age("session", "idle", 7200)
+    if store.sessions.load("pend") is not None:
+        kit.age("session", "pend", 7200)
+    assert store.prune(3600).sessions == 1  # "idle" only
+    assert store.checkpoints.keys("pend.") == keys
+    assert agent.session(id="pend").pending() is not None
+    result = agent.approvals.resolve(id=paused.approval_id, approved=True)
+    assert result is not None and result.text == "done"
+    assert [m.text for m in agent.session(id="pend").messages][0] == "pay"
+
+
 # --- leases ----------------------------------------------------------------------------------
 
 

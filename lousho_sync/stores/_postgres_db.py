@@ -153,6 +153,11 @@ class Db(Backend):
         self.mark_checked = False  # the encryption mark was checked (or written)
         self.pool: ConnectionPool[Any] | None = None
 
+    def connect(self) -> Conn:
+        """A new connection of its own, outside the pool, in autocommit mode (a listener's:
+        the caller closes it)."""
+        return psycopg.connect(self._conninfo, autocommit=True)
+
     def q(self, text: str) -> sql.Composed:
         """``text`` with ``{s}`` replaced by the quoted schema name (cached)."""
         query = self._queries.get(text)

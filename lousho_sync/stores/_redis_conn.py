@@ -210,7 +210,7 @@ class Conn(Backend):
     def _check_mark(self) -> None:
         key = self.key("encrypted")
         if self.wrapped:
-            self.client.set(key, "1")
+            self.client.set(key, "1", nx=True)  # (no write when it is marked already)
         elif self.client.exists(key):
             raise encrypted_refusal(f"at {self.address} (prefix {self.prefix!r})",
                                     address=self.address)

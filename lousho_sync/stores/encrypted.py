@@ -21,7 +21,8 @@ The envelopes the inner store keeps (it needs no change):
 A TOKEN is base64 of ``version (1 byte) | key id (8) | nonce (12, random) | ciphertext+tag``.
 The key id is the first 8 bytes of SHA-256 of ``b"lousho-key-id\\0" + key``. The additional
 authenticated data binds each ciphertext to its record: ``["lousho-encrypted/1", kind,
-...]`` as JSON, with kind ``message`` (session id, position), ``history`` (session id),
+...]`` as JSON, with kind ``message`` (session id, position), ``history`` (session id,
+position in the history; records of earlier releases, without it, are still read),
 ``metadata`` (session id), ``checkpoint`` (key), ``approval`` (approval id) and
 ``approval-reason`` (approval id, status: so an approval's status changed in the inner
 store is detected). A record changed, moved to another record or position, or written with
@@ -79,6 +80,8 @@ from ..messages import Message, ToolCall
 from ..records import ApprovalRecord, Checkpoint, Fence
 from ..results import PruneResult
 from ._common import check_older_than
+from ._events import event_ops_of
+from ._sealed_events import SealedEventOps
 from .base import turn_committer
 
 __all__ = [
@@ -284,14 +287,22 @@ class _Sealer:
                                   f"message {i} of session {id!r}", id)
                 for i, e in enumerate(envs)]
 
-    def seal_history(self, id: str, messages: Sequence[Message]) -> list[Message]:
-        aad = record_aad("history", id)
-        return [self.seal_message(m, aad) for m in messages]
+    def seal_history(self, id: str, messages: Sequence[Message], start: int) -> list[Message]:
+        return [self.seal_message(m, record_aad("history", id, start + i))
+                for i, m in enumerate(messages)]
 
     def open_history(self, id: str, envs: Sequence[Message]) -> list[Message]:
-        aad = record_aad("history", id)
-        return [self.open_message(e, aad, f"history message {i} of session {id!r}", id)
-                for i, e in enumerate(envs)]
+        out = []
+        for i, e in enumerate(envs):
+            what = f"history message {i} of session {id!r}"
+            try:
+                out.append(self.open_message(e, record_aad("history", id, i), what, id))
+            except StoreDecryptError as exc:
+                try:  # written before history positions were bound (any position)
+                    out.append(self.open_message(e, record_aad("history", id), what, id))
+                except StoreDecryptError:
+                    raise exc from None
+        return out
 
     # --- metadata -----------------------------------------------------------------------
 
@@ -509,9 +520,10 @@ class _SessionCatalog(_Part):
         fence: Fence | None = None,
     ) -> None:
         """The inner compact of the encrypted messages (one transaction there)."""
+        start = len(self._inner.history(id)) if replaced else 0  # appended after those
         self._inner.compact(
             id, self._sealer.seal_transcript(id, messages, 0),
-            replaced=self._sealer.seal_history(id, replaced), **_fence_kw(fence),
+            replaced=self._sealer.seal_history(id, replaced, start), **_fence_kw(fence),
         )
 
     def create(
@@ -526,7 +538,7 @@ class _SessionCatalog(_Part):
         envelope = self._sealer.seal_metadata(id, metadata or {})
         self._inner.create(
             id, self._sealer.seal_transcript(id, messages, 0), metadata=envelope or None,
-            history=self._sealer.seal_history(id, history),
+            history=self._sealer.seal_history(id, history, 0),
         )
 
     def list(
@@ -546,6 +558,16 @@ class EncryptedSessionStore(_Part):
         self._sealer = sealer
         self.fenced = getattr(inner, "fenced", False) is True
         self.combined = combined
+        self._events: SealedEventOps | None = None
+
+    def event_ops(self) -> SealedEventOps:
+        """The inner store's event log with every event encrypted like a message."""
+        if self._events is None:
+            sealer = self._sealer
+            self._events = SealedEventOps(
+                event_ops_of(self._inner), sealer.seal,
+                lambda token, aad, what: sealer.open(token, aad, what, None))
+        return self._events
 
     @property
     def inner(self) -> Any:

@@ -95,6 +95,7 @@ from ._common import (
     encrypted_refusal,
     validate_session_id,
 )
+from ._file_events import FileEventOps
 from ._lease import make_owner, poll_until
 from .base import ApprovalRecord, Checkpoint, Fence, StorageService, now, resolved
 
@@ -486,6 +487,12 @@ class FileSessionStore:
         self._lock_timeout_s = lock_timeout_s
         self._leases_lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
+        self._events = FileEventOps(self._path)
+
+    def event_ops(self) -> FileEventOps:
+        """The event log's primitives (``start()``/``attach()``): files under
+        ``<dir>/.events/``."""
+        return self._events
 
     def __repr__(self) -> str:
         return f"FileSessionStore({str(self._path)!r})"
@@ -1228,14 +1235,21 @@ class FileStore:
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions not updated within ``older_than_s`` seconds (their catalog
         ``updated_at``; transcript, history and metadata), checkpoints whose files were not
-        modified that long and approvals resolved that long ago; pending approvals are
+        modified that long and approvals resolved that long ago; pending approvals (with
+        their session and the checkpoint of the turn they paused) are
         kept. Returns the counts."""
         check_older_than(older_than_s)
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
+        # a pending approval keeps its session and the checkpoint of the turn it paused
+        waiting = self.approvals.list_pending()
+        keep_sessions = {r.session_id for r in waiting}
+        keep_checkpoints = {r.checkpoint_key for r in waiting}
         sessions = 0
         owner = make_owner()
         for sid in self.sessions.ids():
+            if sid in keep_sessions:
+                continue
             try:
                 row = self.sessions._current(sid)
             except StoreCorruptError as exc:
@@ -1254,6 +1268,8 @@ class FileStore:
         storage = self.checkpoints.storage
         assert isinstance(storage, FileStorage)
         for key in self.checkpoints.keys(""):
+            if key in keep_checkpoints:
+                continue
             path = storage.path_for(f"checkpoints/{key}.json")
             with contextlib.suppress(FileNotFoundError):
                 if path.stat().st_mtime < cutoff:

@@ -92,6 +92,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
+from ._postgres_events import PostgresEventOps
 from ._postgres_ops import (
     INSERT_MESSAGES,
     PostgresApprovals,
@@ -226,6 +227,11 @@ class PostgresSessionStore(LeaseRules, AppendRules):
         self.combined = combined
         self._leases = PostgresLeases(db)
         self._commits = PostgresCommits(db)
+        self._events = PostgresEventOps(db)
+
+    def event_ops(self) -> PostgresEventOps:
+        """The event log's primitives (``start()``/``attach()``)."""
+        return self._events
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
@@ -515,7 +521,8 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
-        approvals resolved that long ago; pending approvals and sessions under a live lease
+        approvals resolved that long ago; pending approvals (with their session and the
+        checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
         expire_due(self.approvals)
@@ -527,14 +534,19 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
             with c.transaction():
                 row = c.execute(db.q(
                     "WITH gone AS (DELETE FROM {s}.sessions WHERE updated_at < %s AND id NOT IN"
-                    " (SELECT session_id FROM {s}.leases WHERE expires_at > %s) RETURNING key),"
+                    " (SELECT session_id FROM {s}.leases WHERE expires_at > %s) AND id NOT IN"
+                    " (SELECT session_id FROM {s}.approvals WHERE status = 'pending' AND"
+                    " session_id IS NOT NULL) RETURNING key),"
                     " m AS (DELETE FROM {s}.messages WHERE session_key IN"
                     " (SELECT key FROM gone)), h AS (DELETE FROM {s}.history WHERE"
                     " session_key IN (SELECT key FROM gone)) SELECT count(*) FROM gone"),
                     (cutoff, now)
                 ).fetchone()
+                # a pending approval keeps the checkpoint of the turn it paused
                 checkpoints = c.execute(db.q(
-                    "DELETE FROM {s}.checkpoints WHERE updated_at < %s"), (cutoff,)).rowcount
+                    "DELETE FROM {s}.checkpoints WHERE updated_at < %s AND key NOT IN (SELECT"
+                    " json::json->>'checkpoint_key' FROM {s}.approvals WHERE status = 'pending'"
+                    " AND json::json->>'checkpoint_key' IS NOT NULL)"), (cutoff,)).rowcount
                 approvals = c.execute(db.q(
                     "DELETE FROM {s}.approvals WHERE status != 'pending' AND resolved_at < %s"),
                     (cutoff,)).rowcount

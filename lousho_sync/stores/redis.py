@@ -70,7 +70,7 @@ import builtins
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 try:
@@ -105,6 +105,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms
+from ._redis_events import RedisEventOps
 from ._redis_ops import (
     RedisApprovals,
     RedisCheckpoints,
@@ -150,6 +151,11 @@ class RedisSessionStore(LeaseRules, AppendRules):
         self.combined = combined
         self._leases = RedisLeases(conn)
         self._commits = RedisCommits(conn, self._ttl_ms)
+        self._events = RedisEventOps(conn)
+
+    def event_ops(self) -> RedisEventOps:
+        """The event log's primitives (``start()``/``attach()``)."""
+        return self._events
 
     def _keys(self, id: str) -> builtins.list[str]:
         return session_keys(self._c, id)
@@ -460,13 +466,18 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
-        approvals resolved that long ago; pending approvals and sessions under a live lease
+        approvals resolved that long ago; pending approvals (with their session and the
+        checkpoint of the turn they paused) and sessions under a live lease
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
         session written meanwhile is kept."""
         check_older_than(older_than_s)
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         c = self._c
+        # a pending approval keeps its session and the checkpoint of the turn it paused
+        waiting = self.approvals.list_pending()
+        keep_sessions = {r.session_id for r in waiting if r.session_id is not None}
+        keep_checkpoints = {r.checkpoint_key for r in waiting}
 
         def session_keys(id: str) -> list[str]:
             return [
@@ -483,6 +494,7 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
             cutoff,
             [],
             lambda ids: [k for id in ids for k in session_keys(id)],
+            keep_sessions,
         )
         checkpoints = self._prune(
             "checkpoints",
@@ -490,6 +502,7 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
             cutoff,
             [c.key("checkpoint-keys")],
             lambda keys: [c.key("checkpoint:", k) for k in keys],
+            keep_checkpoints,
         )
         approvals = self._prune(
             "approvals-resolved",
@@ -507,10 +520,11 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
         cutoff: float,
         extra_keys: list[str],
         member_keys: Callable[[list[str]], list[str]],
+        keep: Collection[str] = (),
     ) -> int:
         index = self._c.key(index_name)
         old = self._c.run("prune", lambda r: r.zrangebyscore(index, "-inf", f"({cutoff!r}"))
-        members = [as_str(m) for m in old]
+        members = [m for m in map(as_str, old) if m not in keep]
 
         def remove(r: redis.Redis) -> int:
             removed = 0

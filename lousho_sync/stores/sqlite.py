@@ -98,6 +98,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
+from ._sqlite_events import SqliteEventOps
 from ._sqlite_ops import (
     SqliteApprovals,
     SqliteCheckpoints,
@@ -145,6 +146,11 @@ class SqliteSessionStore(LeaseRules, AppendRules):
         self.combined = combined
         self._leases = SqliteLeases(db)
         self._commits = SqliteCommits(db)
+        self._events = SqliteEventOps(db)
+
+    def event_ops(self) -> SqliteEventOps:
+        """The event log's primitives (``start()``/``attach()``): rows in this file."""
+        return self._events
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""
@@ -414,7 +420,8 @@ class SqliteStore(CommitRules, LeaseForwarding, Closing):
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
-        approvals resolved that long ago; pending approvals and sessions under a live lease
+        approvals resolved that long ago; pending approvals (with their session and the
+        checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
         expire_due(self.approvals)
@@ -422,15 +429,23 @@ class SqliteStore(CommitRules, LeaseForwarding, Closing):
         def delete_old(c: Conn) -> PruneResult:
             now = time.time()
             cutoff = now - older_than_s
+            # a pending approval keeps its session and the checkpoint of the turn it paused
             stale = (
                 "SELECT key FROM sessions WHERE updated_at < ?1 AND id NOT IN"
-                " (SELECT session_id FROM leases WHERE expires_at > ?2)"
+                " (SELECT session_id FROM leases WHERE expires_at > ?2) AND id NOT IN"
+                " (SELECT session_id FROM approvals WHERE status = 'pending'"
+                " AND session_id IS NOT NULL)"
             )
             c.execute("BEGIN IMMEDIATE")
             for table in ("messages", "history"):
                 c.execute(f"DELETE FROM {table} WHERE id / {SPAN} IN ({stale})", (cutoff, now))
             sessions = c.execute(f"DELETE FROM sessions WHERE key IN ({stale})", (cutoff, now))
-            checkpoints = c.execute("DELETE FROM checkpoints WHERE updated_at < ?", (cutoff,))
+            checkpoints = c.execute(
+                "DELETE FROM checkpoints WHERE updated_at < ? AND key NOT IN (SELECT"
+                " json_extract(json, '$.checkpoint_key') FROM approvals WHERE status = 'pending'"
+                " AND json_extract(json, '$.checkpoint_key') IS NOT NULL)",
+                (cutoff,),
+            )
             approvals = c.execute(
                 "DELETE FROM approvals WHERE status != 'pending' AND resolved_at < ?", (cutoff,)
             )

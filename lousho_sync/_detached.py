@@ -1,0 +1,240 @@
+"""Detached turns (``Session.start``) and readers of a turn's event log
+(``Session.attach``).
+
+A started turn is the same turn ``stream()`` makes — the same queue, policy, lease and
+commit — driven to its end by a background thread of this process, which writes each event
+to the store's event log (:mod:`lousho_sync._eventlog`). Its handle, and any attached
+handle in any process sharing the store, read the events back from the log, so every
+reader sees the same events with the same seqs; leaving a reader's loop leaves the turn
+running.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Generator, Iterator
+
+from ._eventlog import EventLog, Publisher
+from .errors import RunConsumedError, RunTimeoutError
+from .events import Event, RunDone, RunFailed
+from .inputs import InputLike
+from .results import ExecutionResult
+from .run import AgentRun
+from .signal import Latch
+from .stores._events import TurnHead
+
+__all__ = ["AttachedRun", "StartedRun", "local_run"]
+
+_log = logging.getLogger(__name__)
+
+_running: weakref.WeakValueDictionary[str, StartedRun] = weakref.WeakValueDictionary()
+_running_lock = threading.Lock()
+
+
+def local_run(turn_id: str) -> StartedRun | None:
+    """The started run of ``turn_id`` when this process drives it."""
+    with _running_lock:
+        return _running.get(turn_id)
+
+
+class _LogReader(AgentRun):
+    """An AgentRun whose events are read from the event log (iterated once)."""
+
+    def __init__(self, log: EventLog, turn_id: str, after: int) -> None:
+        # AgentRun's own state is not used: this handle drives nothing.
+        self._log_ = log
+        self._turn_id = turn_id
+        self._after = after
+        self._iterated = False
+        self._it_lock = threading.Lock()
+
+    @property
+    def run_id(self) -> str:
+        """The turn's id (every event carries it)."""
+        return self._turn_id
+
+    @property
+    def turn_id(self) -> str:
+        """The turn's id (every event carries it)."""
+        return self._turn_id
+
+    @property
+    def detached(self) -> bool:
+        """True: leaving this run's loop leaves the turn running."""
+        return True
+
+    def __iter__(self) -> Iterator[Event]:
+        with self._it_lock:
+            if self._iterated:
+                raise RunConsumedError(
+                    f"run {self._turn_id} was already iterated; attach() again with the last "
+                    "seq you read to read on"
+                )
+            self._iterated = True
+        return self._events()
+
+    def _events(self) -> Generator[Event, None, None]:
+        yield from self._log_.follow(self._turn_id, self._after, idle=self._idle)
+
+    def _idle(self, head: TurnHead) -> bool:
+        return False
+
+    def _end_from_log(self, timeout: float | None) -> ExecutionResult:
+        """Wait for the turn's ``run.done`` in the log; its result (raise its error)."""
+        box: list[Event] = []
+        done = threading.Event()
+
+        def read() -> None:
+            try:
+                error: BaseException | None = None
+                for event in self._log_.follow(self._turn_id, -1):
+                    if isinstance(event, RunFailed):
+                        error = event.error
+                    elif isinstance(event, RunDone):
+                        box.append(event)
+                if error is not None:
+                    box.append(RunFailed(run_id=self._turn_id, seq=-1, error=error))
+            except BaseException as exc:  # TurnNotFoundError, a store error
+                box.append(RunFailed(run_id=self._turn_id, seq=-1, error=exc))
+            finally:
+                done.set()
+
+        if timeout is None:
+            read()
+        else:
+            threading.Thread(target=read, daemon=True,
+                             name=f"lousho-attach-{self._turn_id[:8]}").start()
+            if not done.wait(timeout):
+                raise RunTimeoutError(
+                    f"run {self._turn_id} did not finish within {timeout} s")
+        for event in box:
+            if isinstance(event, RunFailed):
+                raise event.error
+        for event in box:
+            if isinstance(event, RunDone) and event.result is not None:
+                return event.result
+        raise RunTimeoutError(f"run {self._turn_id} ended without a result in the event log")
+
+    def leave(self) -> None:
+        """Nothing to do: leaving a reader's loop never aborts a detached turn."""
+
+    def __del__(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._turn_id}>"
+
+
+class StartedRun(_LogReader):
+    """The handle ``Session.start()`` returns: the turn runs in a background thread to its
+    end whether or not this handle is read; ``abort()`` ends it."""
+
+    def __init__(self, inner: AgentRun, log: EventLog, publisher: Publisher) -> None:
+        super().__init__(log, inner.run_id, -1)
+        self._inner = inner
+        self._publisher = publisher
+        self._ended = Latch()
+        self._result: ExecutionResult | None = None
+        self._error: BaseException | None = None
+        with _running_lock:
+            _running[inner.run_id] = self
+        self._thread = threading.Thread(target=self._drive, daemon=True,
+                                        name=f"lousho-turn-{inner.run_id[:8]}")
+        self._thread.start()
+
+    def _drive(self) -> None:
+        publisher = self._publisher
+        try:
+            for event in self._inner:
+                publisher.publish(event)
+        except BaseException as exc:  # pragma: no cover - the run turns failures into events
+            _log.warning("detached turn %s failed outside its run", self._turn_id,
+                         exc_info=True)
+            self._error = exc
+        finally:
+            publisher.flush()
+            try:
+                self._result = self._inner.result()
+            except BaseException as exc:
+                self._error = exc
+            self._ended.set()
+
+    @property
+    def done(self) -> bool:
+        """True once the turn has ended."""
+        return self._ended.is_set()
+
+    def result(self, timeout: float | None = None) -> ExecutionResult:
+        """Wait for the end of the turn and return its result (raise its error);
+        ``timeout`` raises RunTimeoutError (the turn goes on)."""
+        if not self._ended.wait(timeout):
+            raise RunTimeoutError(f"run {self._turn_id} did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def abort(self, reason: object = None) -> None:
+        """Abort the turn (the transcript stays as it was); idempotent, any thread."""
+        self._inner.abort(reason)
+
+    def enqueue(self, input: InputLike) -> bool:
+        """Add user input to the running turn (see :meth:`AgentRun.enqueue`)."""
+        return self._inner.enqueue(input)
+
+    def steer(self, input: InputLike) -> bool:
+        """Steer the running turn (see :meth:`AgentRun.steer`)."""
+        return self._inner.steer(input)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the background thread; True when it ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+class AttachedRun(_LogReader):
+    """The read-only handle ``Session.attach()`` returns. ``abort``/``enqueue``/``steer``
+    reach the turn when this process drives it (else ``enqueue``/``steer`` return False and
+    ``abort`` does nothing)."""
+
+    def __init__(self, log: EventLog, turn_id: str, after: int,
+                 idle: Callable[[TurnHead], bool] | None = None) -> None:
+        super().__init__(log, turn_id, after)
+        self._on_idle = idle
+
+    def _idle(self, head: TurnHead) -> bool:
+        return self._on_idle is not None and self._on_idle(head)
+
+    @property
+    def done(self) -> bool:
+        """True once the turn's last event is in the log."""
+        local = local_run(self._turn_id)
+        if local is not None:
+            return local.done
+        head = self._log_.head(self._turn_id)
+        return head is None or head.ended_at is not None
+
+    def result(self, timeout: float | None = None) -> ExecutionResult:
+        """Wait for the end of the turn and return its result (raise its error)."""
+        local = local_run(self._turn_id)
+        if local is not None:
+            return local.result(timeout)
+        return self._end_from_log(timeout)
+
+    def abort(self, reason: object = None) -> None:
+        """Abort the turn when this process drives it."""
+        local = local_run(self._turn_id)
+        if local is not None:
+            local.abort(reason)
+
+    def enqueue(self, input: InputLike) -> bool:
+        """Add input to the turn when this process drives it; else False."""
+        local = local_run(self._turn_id)
+        return local is not None and local.enqueue(input)
+
+    def steer(self, input: InputLike) -> bool:
+        """Steer the turn when this process drives it; else False."""
+        local = local_run(self._turn_id)
+        return local is not None and local.steer(input)

@@ -1,0 +1,365 @@
+"""The event log's rules, written once over a store's primitives
+(:class:`~lousho_sync.stores._events.EventOps`).
+
+* Each run event is one row ``(seq, JSON)``; the JSON is this module's (:func:`encode`,
+  :func:`decode`) and an encrypting store seals it like a message.
+* Writes are coalesced: text deltas wait until ``interval_s`` (default 50 ms) has passed
+  since the turn's last write, so a turn makes at most one write per interval plus one per
+  other event. The log is never fsynced: the transcript is the durable record.
+* Retention: a turn that ended is kept ``ttl_s`` (default 600 s) after its end, then
+  removed lazily (a read finds it expired) and by :meth:`EventLog.prune`.
+* A turn's log is bounded: past ``max_rows`` rows its older text deltas are merged (one
+  row per run of consecutive deltas, carrying the seq of the last).
+* Readers follow a turn live: rows after a seq, then a wait on the store's wake-up
+  (condition variable, ``PRAGMA data_version``, file size, ``XREAD BLOCK``, ``LISTEN``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from . import errors as _errors
+from ._message_form import dump_tool_call, dump_usage, load_tool_call, load_usage
+from .codec import message_from_dict, message_to_dict, result_from_dict, result_to_dict
+from .errors import LoushoError, StoreCorruptError, TurnNotFoundError
+from .events import (
+    ApprovalRequested,
+    Event,
+    InputApplied,
+    InputQueued,
+    RunDone,
+    RunEvent,
+    RunFailed,
+    RunStart,
+    StepReset,
+    StepStart,
+    TextDelta,
+    ToolCallStart,
+    ToolResultEvent,
+    UsageEvent,
+)
+from .ids import is_session_id
+from .stores._events import EventOps, TurnHead, TurnStatus, now
+
+__all__ = ["EventLog", "Publisher", "decode", "encode"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 0.05
+DEFAULT_TTL_S = 600.0
+DEFAULT_MAX_ROWS = 10_000
+_READ_BATCH = 1000
+
+
+# --- the JSON of one event ---------------------------------------------------------------------
+def _error_dict(exc: BaseException) -> dict[str, Any]:
+    fields = {k: v for k, v in getattr(exc, "__dict__", {}).items()
+              if isinstance(v, str | int | float | bool | type(None))}
+    return {"class": type(exc).__name__, "message": str(exc), "fields": fields}
+
+
+def _error_of(d: dict[str, Any]) -> BaseException:
+    name, message = str(d.get("class", "")), str(d.get("message", ""))
+    fields = d.get("fields") or {}
+    cls = getattr(_errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, LoushoError):
+        error: BaseException = cls.__new__(cls)
+        error.args = (message,)
+        error.__dict__.update(fields)
+        return error
+    builtin = getattr(builtins, name, None)
+    if isinstance(builtin, type) and issubclass(builtin, Exception):
+        try:
+            return builtin(message)
+        except Exception:
+            pass
+    return LoushoError(f"{name}: {message}")
+
+
+def encode(event: RunEvent) -> str:
+    """The JSON row of a run event (without its seq and turn id, which the row holds)."""
+    d: dict[str, Any] = {"type": event.type}
+    if isinstance(event, TextDelta):
+        d["text"] = event.text
+    elif isinstance(event, StepStart | StepReset):
+        d["step"] = event.step
+    elif isinstance(event, RunStart):
+        d["session_id"] = event.session_id
+        d["input"] = [message_to_dict(m) for m in event.input]
+    elif isinstance(event, ToolCallStart):
+        d["call"] = dump_tool_call(event.call)
+    elif isinstance(event, ToolResultEvent):
+        d.update(call_id=event.call_id, result=event.result, is_error=event.is_error)
+    elif isinstance(event, ApprovalRequested):
+        d.update(approval_id=event.approval_id, call=dump_tool_call(event.call))
+    elif isinstance(event, InputQueued | InputApplied):
+        d["input"] = [message_to_dict(m) for m in event.input]
+    elif isinstance(event, UsageEvent):
+        d.update(usage=dump_usage(event.usage), total=dump_usage(event.total))
+    elif isinstance(event, RunFailed):
+        d["error"] = _error_dict(event.error)
+    elif isinstance(event, RunDone):
+        d["finish_reason"] = event.finish_reason
+        d["result"] = None if event.result is None else result_to_dict(event.result)
+    return json.dumps(d, ensure_ascii=True, separators=(",", ":"))
+
+
+def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
+    """The event of a row; StoreCorruptError for a row this release cannot read."""
+    try:
+        d = json.loads(text)
+        kind = d["type"]
+        base: dict[str, Any] = {"run_id": turn_id, "seq": seq}
+        if kind == "text.delta":
+            return TextDelta(text=d["text"], **base)
+        if kind == "step.start":
+            return StepStart(step=d["step"], **base)
+        if kind == "step.reset":
+            return StepReset(step=d["step"], **base)
+        if kind == "run.start":
+            return RunStart(session_id=d["session_id"],
+                            input=tuple(message_from_dict(m) for m in d["input"]), **base)
+        if kind == "tool.call":
+            return ToolCallStart(call=load_tool_call(d["call"]), **base)
+        if kind == "tool.result":
+            return ToolResultEvent(call_id=d["call_id"], result=d["result"],
+                                   is_error=d["is_error"], **base)
+        if kind == "approval.requested":
+            return ApprovalRequested(approval_id=d["approval_id"],
+                                     call=load_tool_call(d["call"]), **base)
+        if kind in ("input.queued", "input.applied"):
+            cls = InputQueued if kind == "input.queued" else InputApplied
+            return cls(input=tuple(message_from_dict(m) for m in d["input"]), **base)
+        if kind == "usage":
+            return UsageEvent(usage=load_usage(d["usage"]), total=load_usage(d["total"]),
+                              **base)
+        if kind == "error":
+            return RunFailed(error=_error_of(d["error"]), **base)
+        if kind == "run.done":
+            result = d["result"]
+            return RunDone(finish_reason=d["finish_reason"],
+                           result=None if result is None else result_from_dict(result), **base)
+    except StoreCorruptError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreCorruptError(
+            f"event {turn_id}:{seq} in the event log cannot be read: {exc}") from exc
+    raise StoreCorruptError(
+        f"event {turn_id}:{seq} in the event log has an unknown type {kind!r} (written by a "
+        "newer release?)")
+
+
+# --- the log -------------------------------------------------------------------------------------
+class EventLog:
+    """A store's event log with its rules. Thread-safe (the primitives are)."""
+
+    def __init__(self, ops: EventOps, *, interval_s: float = DEFAULT_INTERVAL_S,
+                 ttl_s: float = DEFAULT_TTL_S, max_rows: int = DEFAULT_MAX_ROWS,
+                 poll_s: float = 0.25) -> None:
+        self.ops = ops
+        self.interval_s = interval_s
+        self.ttl_s = ttl_s
+        self.max_rows = max_rows
+        self.poll_s = poll_s
+
+    def begin(self, turn_id: str, session_id: str, owner: str, *,
+              started_at: float | None = None, last_seq: int = -1) -> Publisher:
+        """Open (or, on takeover, re-open) the log of a turn; returns its writer."""
+        head = TurnHead(turn_id=turn_id, session_id=session_id, owner=owner,
+                        started_at=now() if started_at is None else started_at,
+                        last_seq=last_seq)
+        self.ops.begin(head)
+        return Publisher(self, head)
+
+    def head(self, turn_id: str) -> TurnHead | None:
+        """The turn's head; None when absent, expired (then it is removed) or not a turn
+        id."""
+        if not is_session_id(turn_id):
+            return None
+        head = self.ops.head(turn_id)
+        if head is not None and self._expired(head):
+            self.ops.drop(turn_id)
+            return None
+        return head
+
+    def latest(self, session_id: str) -> TurnHead | None:
+        """The head of the session's latest turn still kept."""
+        turn_id = self.ops.latest(session_id)
+        return None if turn_id is None else self.head(turn_id)
+
+    def _expired(self, head: TurnHead) -> bool:
+        return head.ended_at is not None and head.ended_at + self.ttl_s < now()
+
+    def prune(self) -> int:
+        """Remove the turns that ended more than ``ttl_s`` ago; how many."""
+        ids = self.ops.ended_before(now() - self.ttl_s)
+        for turn_id in ids:
+            self.ops.drop(turn_id)
+        return len(ids)
+
+    def follow(
+        self,
+        turn_id: str,
+        after: int,
+        *,
+        idle: Callable[[TurnHead], bool] | None = None,
+    ) -> Iterator[Event]:
+        """The turn's events with seq > ``after`` in order, live until ``run.done``.
+        TurnNotFoundError when the turn is not (or no longer) in the log. ``idle`` is
+        called with the head whenever nothing new came within ``poll_s``; True ends the
+        reading (its caller took the turn over)."""
+        if self.head(turn_id) is None:
+            raise TurnNotFoundError(
+                f"turn {turn_id!r} is not in the event log (it never existed, or it ended "
+                f"more than event_ttl_s={self.ttl_s:g} s ago)", turn_id=turn_id)
+        ops = self.ops
+        while True:
+            rows = ops.read(turn_id, after, _READ_BATCH)
+            for seq, text in rows:
+                event = decode(text, turn_id, seq)
+                after = seq
+                yield event
+                if isinstance(event, RunDone):
+                    return
+            if rows:
+                continue
+            head = ops.head(turn_id)
+            if head is None:  # dropped under the reader (prune, or expiry)
+                raise TurnNotFoundError(
+                    f"turn {turn_id!r} was removed from the event log while it was read",
+                    turn_id=turn_id)
+            if head.ended_at is not None and head.last_seq <= after:
+                return  # ended, and this reader has everything (a log without run.done)
+            deadline = time.monotonic() + self.poll_s
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                ops.wait(turn_id, after, left)
+                if ops.read(turn_id, after, 1):
+                    break
+            else:  # pragma: no cover - the loop ends by break
+                pass
+            if idle is not None and not ops.read(turn_id, after, 1):
+                head = ops.head(turn_id)
+                if head is not None and head.ended_at is None and idle(head):
+                    return
+
+
+class Publisher:
+    """Writes one turn's events to the log, coalescing text deltas (see the module).
+    Thread-safe; a write that fails is logged and retried with the next one."""
+
+    def __init__(self, log: EventLog, head: TurnHead) -> None:
+        self._log = log
+        self.turn_id = head.turn_id
+        self.owner = head.owner
+        self._lock = threading.Lock()
+        self._rows: list[tuple[int, str]] = []
+        self._last_write = 0.0
+        self._timer: threading.Timer | None = None
+        self._status: TurnStatus = "running"
+        self._ended: float | None = None
+        self._written = 0
+        self.writes = 0
+
+    def publish(self, event: RunEvent) -> None:
+        """Add ``event`` to the log (a text delta within ``interval_s`` of the last write
+        waits for the next write)."""
+        row = (event.seq, encode(event))
+        with self._lock:
+            self._rows.append(row)
+            if isinstance(event, TextDelta):
+                wait = self._last_write + self._log.interval_s - time.monotonic()
+                if wait > 0:
+                    if self._timer is None:
+                        self._timer = threading.Timer(wait, self._flush_later)
+                        self._timer.daemon = True
+                        self._timer.start()
+                    return
+            elif isinstance(event, RunDone):
+                self._status = "paused" if event.finish_reason == "awaiting-approval" else "done"
+                self._ended = now()
+            self._flush_locked()
+
+    def _flush_later(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._flush_locked()
+
+    def flush(self) -> None:
+        """Write what waits."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._rows:
+            return
+        rows = self._rows
+        try:
+            self._log.ops.append(self.turn_id, rows, owner=self.owner, status=self._status,
+                                 ended_at=self._ended)
+        except Exception:
+            _log.warning("could not write %d event(s) of turn %s to the event log; retried "
+                         "with the next write", len(rows), self.turn_id, exc_info=True)
+            return
+        self._rows = []
+        self._last_write = time.monotonic()
+        self.writes += 1
+        self._written += len(rows)
+        if self._written > self._log.max_rows and self._ended is None:
+            self._bound()
+
+    def _bound(self) -> None:
+        """Merge the older text deltas of the turn's log (all but the last tenth)."""
+        ops = self._log.ops
+        rows: list[tuple[int, str]] = []
+        after = -1
+        while True:
+            batch = ops.read(self.turn_id, after, _READ_BATCH)
+            if not batch:
+                break
+            rows.extend(batch)
+            after = batch[-1][0]
+        keep = max(1, len(rows) // 10)
+        old = rows[:-keep]
+        if not old:
+            return
+        merged = merge_deltas(old, self.turn_id)
+        try:
+            ops.replace(self.turn_id, merged, old[-1][0])
+        except Exception:
+            _log.warning("could not bound the event log of turn %s", self.turn_id,
+                         exc_info=True)
+            return
+        self._written = len(merged) + keep
+
+
+def merge_deltas(rows: Sequence[tuple[int, str]], turn_id: str) -> list[tuple[int, str]]:
+    """``rows`` with each run of consecutive text deltas made one row (the seq of its last
+    delta, their text joined)."""
+    out: list[tuple[int, str]] = []
+    texts: list[str] = []
+    last = -1
+    for seq, text in rows:
+        event = decode(text, turn_id, seq)
+        if isinstance(event, TextDelta):
+            texts.append(event.text)
+            last = seq
+            continue
+        if texts:
+            out.append((last, encode(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
+            texts = []
+        out.append((seq, text))
+    if texts:
+        out.append((last, encode(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
+    return out

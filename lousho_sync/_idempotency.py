@@ -1,0 +1,104 @@
+"""Idempotency keys: the one rule, written once for every store.
+
+A call with ``idempotency_key=K`` claims K in its turn's messages, so the claim is as atomic
+as the turn itself on every store, with no store primitive of its own:
+
+* the turn's first message carries ``{"key": K}`` in its ``extra`` (under :data:`EXTRA`):
+  it is in the turn's first checkpoint write, so a turn that crashes with progress keeps
+  its key, and the next holder of the lease that finishes it finishes the keyed turn;
+* the turn's last message carries ``{"key": K, "at": <commit time>, "end": {...}}`` (the
+  result's count of messages, steps, finish reason, run id and usage), written in the
+  commit transaction, so a committed key always points at a whole turn;
+* a turn that failed without progress wrote nothing that survives: the key is free again.
+
+A later call with K (any process; it first waits for the session's lease, so a running
+turn with K is waited for) finds the sealed message in the transcript and returns that
+turn's result rebuilt from the store (``result.replayed``). A seal older than the TTL is
+ignored: the key is free again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .errors import InvalidInputError
+from .messages import Message, Usage
+from .results import ExecutionResult
+
+__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "check_key", "claim", "find", "seal"]
+
+EXTRA = "lousho_idempotency"
+MAX_KEY = 200
+DEFAULT_TTL_S = 24 * 3600.0
+
+
+def check_key(key: object) -> str | None:
+    """``key`` when it is None or a non-empty str of at most :data:`MAX_KEY` characters;
+    InvalidInputError otherwise (raised before anything is written)."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise InvalidInputError(
+            f"idempotency_key must be a str, got {type(key).__name__}: {key!r:.80}"
+        )
+    if not key or len(key) > MAX_KEY:
+        raise InvalidInputError(
+            f"idempotency_key must be a non-empty str of at most {MAX_KEY} characters; "
+            f"got {len(key)} characters"
+        )
+    return key
+
+
+def _stamp(m: Message, value: Mapping[str, Any]) -> Message:
+    return attrs.evolve(m, extra={**m.extra, EXTRA: dict(value)})
+
+
+def claim(msgs: tuple[Message, ...], key: str) -> tuple[Message, ...]:
+    """The turn's input with ``key`` recorded on its first message."""
+    return (_stamp(msgs[0], {"key": key}), *msgs[1:]) if msgs else msgs
+
+
+def seal(result: ExecutionResult, key: str) -> ExecutionResult:
+    """``result`` with its last message sealed: ``key``, the commit time and what rebuilds
+    the result from the stored transcript."""
+    if not result.messages:
+        return result
+    end = {
+        "count": len(result.messages), "steps": result.steps,
+        "finish_reason": result.finish_reason, "run_id": result.run_id,
+        "exceeded": result.exceeded, "usage": attrs.asdict(result.usage),
+    }
+    last = result.messages[-1]
+    old = last.extra.get(EXTRA)
+    stamp = {**(old if isinstance(old, Mapping) else {}), "key": key, "at": time.time(),
+             "end": end}
+    return attrs.evolve(result, messages=(*result.messages[:-1], _stamp(last, stamp)))
+
+
+def find(
+    messages: Sequence[Message], key: str, ttl_s: float, *, now: float | None = None
+) -> ExecutionResult | None:
+    """The committed result of the turn that used ``key`` within ``ttl_s`` (rebuilt from
+    ``messages``, ``replayed`` set), or None when the key is free."""
+    cutoff = (time.time() if now is None else now) - ttl_s
+    for i in range(len(messages) - 1, -1, -1):
+        stamp = messages[i].extra.get(EXTRA)
+        if not isinstance(stamp, Mapping) or stamp.get("key") != key or "end" not in stamp:
+            continue
+        at = stamp.get("at")
+        if not isinstance(at, (int, float)) or at < cutoff:
+            return None
+        end = stamp["end"]
+        count = int(end["count"])
+        msgs = tuple(messages[max(0, i + 1 - count): i + 1])
+        return ExecutionResult(
+            text=next((m.text for m in reversed(msgs) if m.role == "assistant"), ""),
+            finish_reason=str(end["finish_reason"]), messages=msgs,
+            usage=Usage(**end["usage"]), steps=int(end["steps"]), run_id=str(end["run_id"]),
+            exceeded=end.get("exceeded"), replayed=True,
+        )
+    return None

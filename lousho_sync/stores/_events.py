@@ -1,0 +1,209 @@
+"""The event log's storage primitives: what a store keeps of a turn's events.
+
+A turn's log is its head (:class:`TurnHead`: session, owner, start, last seq, status, end)
+plus rows ``(seq, text)`` in seq order; ``text`` is an event's JSON, which the store never
+reads. A backend writes :class:`EventOps` (each call one transaction or one script); the
+rules — the events' JSON, coalescing text deltas into one write per interval, retention,
+the bound on a turn's rows, reading live — are written once above the stores
+(:mod:`lousho_sync._eventlog`). The log is not fsynced: the transcript is the durable
+record, and a turn resumed after a crash says so with ``step.reset``.
+
+:class:`MemoryEventOps` is the in-process backend (a condition variable wakes readers); a
+store that keeps no log of its own gets one per store object (:func:`event_ops_of`), so
+``start()``/``attach()`` work on every store within one process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+import attrs
+
+__all__ = [
+    "EventOps",
+    "HasEventLog",
+    "MemoryEventOps",
+    "TurnHead",
+    "TurnStatus",
+    "event_ops_of",
+]
+
+TurnStatus = Literal["running", "paused", "done"]
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TurnHead:
+    """What the log knows of one turn: ``last_seq`` is -1 before its first event;
+    ``ended_at`` (a Unix time) is set when its last event (``run.done``) was written."""
+
+    turn_id: str
+    session_id: str
+    owner: str
+    started_at: float
+    last_seq: int = -1
+    status: TurnStatus = "running"
+    ended_at: float | None = None
+    rows: int = 0
+
+
+class EventOps(Protocol):
+    """A backend's event-log primitives. Thread-safe; every call may raise StoreError."""
+
+    def begin(self, head: TurnHead) -> None:
+        """Create (or replace, on takeover) the head of ``head.turn_id`` and make it its
+        session's latest turn."""
+        ...
+
+    def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
+               status: TurnStatus, ended_at: float | None) -> None:
+        """Add ``rows`` (seqs growing, all above the head's ``last_seq``) and set the head's
+        ``last_seq``, ``owner``, ``status`` and ``ended_at``."""
+        ...
+
+    def head(self, turn_id: str) -> TurnHead | None:
+        """The head of ``turn_id``; None when the log holds no such turn."""
+        ...
+
+    def latest(self, session_id: str) -> str | None:
+        """The id of the session's latest turn in the log (None: none)."""
+        ...
+
+    def read(self, turn_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` rows of ``turn_id`` with seq > ``after``, in seq order."""
+        ...
+
+    def wait(self, turn_id: str, after: int, timeout: float) -> None:
+        """Return when ``turn_id`` may have rows past ``after`` or a new head, or after
+        ``timeout`` seconds (a spurious return is allowed)."""
+        ...
+
+    def replace(self, turn_id: str, rows: Sequence[tuple[int, str]], upto: int) -> None:
+        """Replace every row with seq <= ``upto`` by ``rows`` (the bound on a turn's log)."""
+        ...
+
+    def drop(self, turn_id: str) -> None:
+        """Remove the turn's head and rows (idempotent)."""
+        ...
+
+    def ended_before(self, when: float) -> list[str]:
+        """The ids of the turns whose ``ended_at`` is before ``when``."""
+        ...
+
+
+@runtime_checkable
+class HasEventLog(Protocol):
+    """A store with an event log of its own (readers in other processes see it)."""
+
+    def event_ops(self) -> EventOps:
+        """The store's event-log primitives."""
+        ...
+
+
+class MemoryEventOps:
+    """The event log in this process's memory (a condition variable wakes readers)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heads: dict[str, TurnHead] = {}
+        self._rows: dict[str, list[tuple[int, str]]] = {}
+        self._latest: dict[str, str] = {}
+
+    def begin(self, head: TurnHead) -> None:
+        with self._cond:
+            self._heads[head.turn_id] = head
+            self._rows.setdefault(head.turn_id, [])
+            self._latest[head.session_id] = head.turn_id
+            self._cond.notify_all()
+
+    def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
+               status: TurnStatus, ended_at: float | None) -> None:
+        with self._cond:
+            head = self._heads.get(turn_id)
+            if head is None:
+                return
+            kept = self._rows.setdefault(turn_id, [])
+            kept.extend(rows)
+            last = rows[-1][0] if rows else head.last_seq
+            self._heads[turn_id] = attrs.evolve(head, last_seq=last, owner=owner, status=status,
+                                                ended_at=ended_at, rows=len(kept))
+            self._cond.notify_all()
+
+    def head(self, turn_id: str) -> TurnHead | None:
+        with self._cond:
+            return self._heads.get(turn_id)
+
+    def latest(self, session_id: str) -> str | None:
+        with self._cond:
+            return self._latest.get(session_id)
+
+    def read(self, turn_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        with self._cond:
+            rows = self._rows.get(turn_id, [])
+            lo, hi = 0, len(rows)
+            while lo < hi:  # first row with seq > after
+                mid = (lo + hi) // 2
+                if rows[mid][0] <= after:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return rows[lo:lo + limit]
+
+    def wait(self, turn_id: str, after: int, timeout: float) -> None:
+        with self._cond:
+            head = self._heads.get(turn_id)
+            if head is not None and (head.last_seq > after or head.ended_at is not None):
+                return
+            self._cond.wait(timeout)
+
+    def replace(self, turn_id: str, rows: Sequence[tuple[int, str]], upto: int) -> None:
+        with self._cond:
+            old = self._rows.get(turn_id, [])
+            kept = [*rows, *(r for r in old if r[0] > upto)]
+            self._rows[turn_id] = kept
+            head = self._heads.get(turn_id)
+            if head is not None:
+                self._heads[turn_id] = attrs.evolve(head, rows=len(kept))
+
+    def drop(self, turn_id: str) -> None:
+        with self._cond:
+            head = self._heads.pop(turn_id, None)
+            self._rows.pop(turn_id, None)
+            if head is not None and self._latest.get(head.session_id) == turn_id:
+                del self._latest[head.session_id]
+
+    def ended_before(self, when: float) -> list[str]:
+        with self._cond:
+            return [h.turn_id for h in self._heads.values()
+                    if h.ended_at is not None and h.ended_at < when]
+
+
+_local: weakref.WeakKeyDictionary[object, MemoryEventOps] = weakref.WeakKeyDictionary()
+_by_id: dict[int, MemoryEventOps] = {}
+_local_lock = threading.Lock()
+
+
+def event_ops_of(store: object) -> EventOps:
+    """The event log of ``store``: its own (:class:`HasEventLog`), else one in this
+    process's memory kept as long as the store object lives."""
+    if isinstance(store, HasEventLog):
+        return store.event_ops()
+    with _local_lock:
+        try:
+            ops = _local.get(store)
+            if ops is None:
+                ops = _local[store] = MemoryEventOps()
+            return ops
+        except TypeError:  # not weakly referenceable: kept for the process's life
+            ops = _by_id.get(id(store))
+            if ops is None:
+                ops = _by_id[id(store)] = MemoryEventOps()
+            return ops
+
+
+def now() -> float:
+    """The log's clock (Unix time)."""
+    return time.time()

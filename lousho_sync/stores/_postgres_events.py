@@ -1,0 +1,184 @@
+"""The PostgreSQL store's event-log primitives: rows in the UNLOGGED table
+``lousho_events`` and heads in ``lousho_turns`` of the store's schema (created on first
+use; never WAL-logged, so never fsynced); every write ends with ``NOTIFY`` on the schema's
+channel, which one listening connection per store turns into wake-ups of its readers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ._events import TurnHead, TurnStatus
+from ._postgres_db import Conn, Db
+
+__all__ = ["PostgresEventOps"]
+
+_log = logging.getLogger("lousho_sync.stores")
+_T = TypeVar("_T")
+
+_TABLES = (
+    "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_turns (turn_id TEXT PRIMARY KEY, "
+    "session_id TEXT NOT NULL, owner TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL, "
+    "last_seq BIGINT NOT NULL, status TEXT NOT NULL, ended_at DOUBLE PRECISION, "
+    "nrows BIGINT NOT NULL DEFAULT 0)",
+    "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_turn_latest (session_id TEXT PRIMARY "
+    "KEY, turn_id TEXT NOT NULL)",
+    "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_events (turn_id TEXT NOT NULL, "
+    "seq BIGINT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (turn_id, seq))",
+)
+_HEAD = ("SELECT turn_id, session_id, owner, started_at, last_seq, status, ended_at, nrows "
+         "FROM {s}.lousho_turns WHERE turn_id = %s")
+
+
+class PostgresEventOps:
+    """:class:`~lousho_sync.stores._events.EventOps` on a PostgreSQL store's pool."""
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+        self._ready = False
+        self._channel = f"lousho_events_{db.schema}"
+        self._cond = threading.Condition()
+        self._gen = 0
+        self._listener: threading.Thread | None = None
+        self._listening = False
+
+    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False) -> _T:
+        def body(c: Conn) -> _T:
+            if not self._ready:
+                with c.transaction():
+                    c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                              (f"lousho events {self._db.schema}",))
+                    for text in _TABLES:
+                        c.execute(self._db.q(text))
+                self._ready = True
+            if not write:
+                return fn(c)
+            with c.transaction():
+                out = fn(c)
+                c.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            return out
+
+        out = self._db.run(what, body)
+        if write:
+            self._bump()
+        return out
+
+    def _bump(self) -> None:
+        with self._cond:
+            self._gen += 1
+            self._cond.notify_all()
+
+    def begin(self, head: TurnHead) -> None:
+        q = self._db.q
+
+        def fn(c: Conn) -> None:
+            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (head.turn_id,))
+            c.execute(q("INSERT INTO {s}.lousho_turns VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                        "(SELECT count(*) FROM {s}.lousho_events WHERE turn_id = %s))"),
+                      (head.turn_id, head.session_id, head.owner, head.started_at,
+                       head.last_seq, head.status, head.ended_at, head.turn_id))
+            c.execute(q("INSERT INTO {s}.lousho_turn_latest VALUES (%s, %s) ON CONFLICT "
+                        "(session_id) DO UPDATE SET turn_id = excluded.turn_id"),
+                      (head.session_id, head.turn_id))
+
+        self._run("begin a turn's event log", fn, write=True)
+
+    def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
+               status: TurnStatus, ended_at: float | None) -> None:
+        q = self._db.q
+
+        def fn(c: Conn) -> None:
+            with c.cursor() as cur:
+                cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s) ON "
+                                  "CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data"),
+                                [(turn_id, seq, text) for seq, text in rows])
+            last = rows[-1][0] if rows else None
+            c.execute(q("UPDATE {s}.lousho_turns SET last_seq = coalesce(%s, last_seq), "
+                        "owner = %s, status = %s, ended_at = %s, nrows = nrows + %s "
+                        "WHERE turn_id = %s"),
+                      (last, owner, status, ended_at, len(rows), turn_id))
+
+        self._run("write events", fn, write=True)
+
+    def head(self, turn_id: str) -> TurnHead | None:
+        row: Any = self._run("read a turn's event log",
+                             lambda c: c.execute(self._db.q(_HEAD), (turn_id,)).fetchone())
+        if row is None:
+            return None
+        t, s, o, st, last, status, ended, n = row
+        return TurnHead(turn_id=t, session_id=s, owner=o, started_at=st, last_seq=last,
+                        status=status, ended_at=ended, rows=n)
+
+    def latest(self, session_id: str) -> str | None:
+        row: Any = self._run("read a session's latest turn", lambda c: c.execute(
+            self._db.q("SELECT turn_id FROM {s}.lousho_turn_latest WHERE session_id = %s"),
+            (session_id,)).fetchone())
+        return None if row is None else str(row[0])
+
+    def read(self, turn_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        rows: Any = self._run("read events", lambda c: c.execute(self._db.q(
+            "SELECT seq, data FROM {s}.lousho_events WHERE turn_id = %s AND seq > %s "
+            "ORDER BY seq LIMIT %s"), (turn_id, after, limit)).fetchall())
+        return [(int(s), str(d)) for s, d in rows]
+
+    def _listen(self) -> None:
+        """Turn NOTIFYs on the channel into wake-ups, on a connection of its own."""
+        while not self._db.closed:
+            try:
+                conn = self._db.connect()
+                try:
+                    conn.execute(f'LISTEN "{self._channel}"')
+                    self._listening = True
+                    self._bump()
+                    while not self._db.closed:
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self._bump()
+                finally:
+                    self._listening = False
+                    conn.close()
+            except Exception:
+                _log.debug("event-log listener of %s lost its connection; reconnecting",
+                           self._db.where, exc_info=True)
+                time.sleep(0.5)
+
+    def wait(self, turn_id: str, after: int, timeout: float) -> None:
+        with self._cond:
+            if self._listener is None:
+                self._listener = threading.Thread(target=self._listen, daemon=True,
+                                                  name=f"lousho-listen-{self._db.schema}")
+                self._listener.start()
+            # without a listener (yet, or after a lost connection), poll
+            self._cond.wait(timeout if self._listening else min(timeout, 0.01))
+
+    def replace(self, turn_id: str, rows: Sequence[tuple[int, str]], upto: int) -> None:
+        q = self._db.q
+
+        def fn(c: Conn) -> None:
+            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s AND seq <= %s"),
+                      (turn_id, upto))
+            with c.cursor() as cur:
+                cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s)"),
+                                [(turn_id, seq, text) for seq, text in rows])
+            c.execute(q("UPDATE {s}.lousho_turns SET nrows = (SELECT count(*) FROM "
+                        "{s}.lousho_events WHERE turn_id = %s) WHERE turn_id = %s"),
+                      (turn_id, turn_id))
+
+        self._run("bound a turn's event log", fn, write=True)
+
+    def drop(self, turn_id: str) -> None:
+        q = self._db.q
+
+        def fn(c: Conn) -> None:
+            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s"), (turn_id,))
+            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (turn_id,))
+            c.execute(q("DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %s"), (turn_id,))
+
+        self._run("remove a turn's event log", fn, write=True)
+
+    def ended_before(self, when: float) -> list[str]:
+        rows: Any = self._run("list ended turns", lambda c: c.execute(self._db.q(
+            "SELECT turn_id FROM {s}.lousho_turns WHERE ended_at < %s"), (when,)).fetchall())
+        return [str(r[0]) for r in rows]

@@ -1,0 +1,227 @@
+"""The chat page of examples/flask_app.py in a real browser: headless Chromium (selenium)
+against the example served by ``flask run`` in a child process on 127.0.0.1, a real SQLite
+file, the model answering a word every ``PACE_S`` seconds.
+
+1. a TCP proxy in front of the server cuts the event stream three times mid-answer: the
+   page's EventSource reconnects by itself (sending Last-Event-ID), and the page ends with
+   the committed answer, exactly once;
+2. the page is reloaded mid-turn: it re-attaches and shows the whole answer;
+3. two tabs on one session show the same live answer.
+
+Skipped with the reason, or failing under CI, as tests/browser/test_inbox_browser.py is; a
+failing test saves each browser's screenshot, page and console log there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import test_inbox_browser
+from conftest import free_port
+from test_inbox_browser import WAIT, Browsers, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+browsers = test_inbox_browser.browsers  # the fixture: headless Chromium, artifacts on failure
+PACE_S = 0.1
+QUESTION = " ".join(f"word{i}" for i in range(50))
+
+
+class CutProxy:
+    """Forwards every connection to ``port``; the first ``cuts`` responses to a
+    ``GET .../events`` are cut (both sockets closed) once ``after`` text deltas of it went
+    through — mid-answer, possibly mid-frame."""
+
+    def __init__(self, port: int, cuts: int, after: int) -> None:
+        self._target = port
+        self._after = after
+        self._lock = threading.Lock()
+        self.to_cut = cuts
+        self.cut = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            self._sockets += [client, upstream]
+            state = {"events": False}
+            threading.Thread(target=self._up, args=(client, upstream, state),
+                             daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client, state),
+                             daemon=True).start()
+
+    def _up(self, src: socket.socket, dst: socket.socket, state: dict[str, bool]) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := src.recv(65536):
+                if chunk.startswith((b"GET ", b"POST ")):
+                    state["events"] = chunk.startswith(b"GET ") and b"/events" in \
+                        chunk.split(b"\r\n", 1)[0]
+                dst.sendall(chunk)
+        self._close(src, dst)
+
+    def _down(self, src: socket.socket, dst: socket.socket, state: dict[str, bool]) -> None:
+        deltas = 0
+        with contextlib.suppress(OSError):
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+                if not state["events"]:
+                    continue
+                deltas += chunk.count(b"event: text.delta")
+                with self._lock:
+                    cut = deltas >= self._after and self.to_cut > 0
+                    if cut:
+                        self.to_cut -= 1
+                        self.cut += 1
+                if cut:
+                    break
+        self._close(src, dst)
+
+    @staticmethod
+    def _close(*socks: socket.socket) -> None:
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        self._close(*self._sockets)
+
+
+@contextlib.contextmanager
+def served(tmp: Path) -> Iterator[int]:
+    """examples/flask_app.py by ``flask run`` in a child process; its port."""
+    port = free_port()
+    env = {**os.environ, "LOUSHO_DB": str(tmp / "chat.db"),
+           "LOUSHO_EXAMPLE_PACE_S": str(PACE_S), "PYTHONPATH": str(ROOT)}
+    env.pop("LOUSHO_MODEL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flask", "--app", str(ROOT / "examples" / "flask_app.py"),
+         "run", "--port", str(port)], env=env, cwd=tmp,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # flask prints where it listens
+            if f"127.0.0.1:{port}".encode() in line:
+                break
+        else:
+            pytest.fail(f"the example did not start (exit {proc.wait()})")
+        threading.Thread(target=lambda: [None for _ in proc.stdout or ()],  # drain
+                         daemon=True).start()
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(WAIT)
+
+
+def committed(port: int, user: str) -> list[dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+    conn.request("GET", f"/chat/{quote(user)}")
+    messages: list[dict[str, Any]] = json.loads(conn.getresponse().read())["messages"]
+    conn.close()
+    return messages
+
+
+def open_chat(driver: Any, port: int, user: str) -> None:
+    driver.get(f"http://127.0.0.1:{port}/?user={quote(user)}")
+    wait_for(driver, lambda d: d.execute_script(
+        "return document.documentElement.dataset.chatReady") == "1", "the chat page")
+
+
+def send(driver: Any, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.ID, "message").send_keys(text)
+    driver.find_element(By.ID, "send").click()
+
+
+def answer_shown(driver: Any) -> str:
+    return str(driver.execute_script("return document.getElementById('answer').textContent"))
+
+
+def wait_done(driver: Any) -> None:
+    wait_for(driver, lambda d: d.execute_script("return document.body.dataset.done") == "stop",
+             "the end of the turn")
+
+
+def assistant_texts(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#transcript li.assistant")]
+
+
+def test_the_page_reconnects_after_three_cuts_and_shows_the_answer_once(
+    browsers: Browsers, tmp_path: Path
+) -> None:
+    with served(tmp_path) as port:
+        proxy = CutProxy(port, cuts=3, after=3)
+        try:
+            driver = browsers.open()
+            open_chat(driver, proxy.port, "ali")
+            send(driver, QUESTION)
+            wait_done(driver)
+            assert proxy.cut == 3
+            assert int(driver.execute_script("return document.body.dataset.opens")) >= 4
+        finally:
+            proxy.close()
+        answer = committed(port, "ali")[-1]
+        assert answer["role"] == "assistant"
+        assert answer["text"] == f"Message 1 received: {QUESTION}"
+        assert assistant_texts(driver) == [answer["text"]]
+        body = driver.execute_script("return document.body.textContent")
+        assert body.count(answer["text"]) == 1
+        assert answer_shown(driver) == ""
+
+
+def test_a_reload_mid_turn_reattaches_and_shows_the_whole_answer(
+    browsers: Browsers, tmp_path: Path
+) -> None:
+    with served(tmp_path) as port:
+        driver = browsers.open()
+        open_chat(driver, port, "bo")
+        send(driver, QUESTION)
+        wait_for(driver, lambda d: "word3" in answer_shown(d), "a part of the answer")
+        driver.refresh()
+        open_chat(driver, port, "bo")
+        # read from the turn's start: the text shown before the reload is back, then the rest
+        wait_for(driver, lambda d: answer_shown(d).startswith("Message 1 received: word0 word1")
+                 and "word20" in answer_shown(d), "the whole answer so far after the reload")
+        wait_done(driver)
+        answer = committed(port, "bo")[-1]["text"]
+        assert answer == f"Message 1 received: {QUESTION}"
+        assert assistant_texts(driver) == [answer]
+
+
+def test_two_tabs_show_the_same_live_answer(browsers: Browsers, tmp_path: Path) -> None:
+    with served(tmp_path) as port:
+        first, second = browsers.open(), browsers.open()
+        open_chat(first, port, "cy")
+        send(first, QUESTION)
+        wait_for(first, lambda d: "word2" in answer_shown(d), "a part of the answer")
+        open_chat(second, port, "cy")  # opened mid-turn: it follows the same turn
+        wait_for(second, lambda d: "word10" in answer_shown(d), "the live answer")
+        turn = first.execute_script("return document.body.dataset.turn")
+        assert second.execute_script("return document.body.dataset.turn") == turn
+        for driver in (first, second):
+            wait_done(driver)
+        answer = committed(port, "cy")[-1]["text"]
+        assert assistant_texts(first) == assistant_texts(second) == [answer]

@@ -1,0 +1,117 @@
+"""Child processes for the event-log tests (detached turns, attach, takeover).
+
+    python tests/events_child.py attach KIND DIR SESSION TURN AFTER [LEAVE_AT]
+    python tests/events_child.py drive KIND DIR SESSION TEXT CHUNKS HOLD_AFTER
+
+``attach`` prints ``READY`` once attached, then one JSON line per event
+(``{"type", "seq", "text"}``) and ``{"end": ..., "result": ...}``; with ``LEAVE_AT`` it
+leaves its loop after that seq and attaches again with it. ``drive`` starts a turn
+streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then each event it reads, and
+holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from crash_child import make_store  # noqa: E402
+
+from lousho_sync import (  # noqa: E402
+    Event,
+    Message,
+    ModelDone,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    ModelTextDelta,
+    ScriptedProvider,
+    Signal,
+    create_agent,
+)
+
+
+class GatedProvider:
+    """Streams ``text`` in ``chunks`` pieces; after ``hold_after`` pieces of its first call
+    it waits for ``gate`` (None: forever, until aborted)."""
+
+    model = "gated"
+
+    def __init__(self, text: str, chunks: int, hold_after: int,
+                 gate: threading.Event | None = None) -> None:
+        self.text = text
+        size = max(1, -(-len(text) // chunks))
+        self.pieces = [text[i:i + size] for i in range(0, len(text), size)]
+        self.hold_after = hold_after
+        self.gate = gate if gate is not None else threading.Event()
+        self.calls = 0
+        self.reached = threading.Event()
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
+        self.calls += 1
+        first = self.calls == 1
+        for i, piece in enumerate(self.pieces):
+            if first and i == self.hold_after:
+                self.reached.set()
+                while not self.gate.wait(0.05):
+                    signal.raise_if_aborted()
+            signal.raise_if_aborted()
+            yield ModelTextDelta(piece)
+        yield ModelDone(ModelResponse(Message("assistant", self.text), "stop", self.model))
+
+    def complete(self, request: ModelRequest, *, signal: Signal) -> ModelResponse:
+        return ModelResponse(Message("assistant", self.text), "stop", self.model)
+
+
+def line_of(event: Event) -> dict[str, Any]:
+    return {"type": event.type, "seq": event.seq, "turn": event.turn_id,
+            "text": getattr(event, "text", None), "step": getattr(event, "step", None)}
+
+
+def _out(value: Any) -> None:
+    print(json.dumps(value), flush=True)
+
+
+def main() -> None:
+    mode, kind, root, sid, *args = sys.argv[1:]
+    store = make_store(kind, Path(root))
+    if mode == "attach":
+        turn, after = args[0], int(args[1])
+        leave_at = int(args[2]) if len(args) > 2 else None
+        session = create_agent(provider=ScriptedProvider(default="unused"),
+                               store=store).session(id=sid)
+        run = session.attach(turn, after=after)
+        _out("READY")
+        last = after
+        for event in run:
+            _out(line_of(event))
+            last = event.seq
+            if leave_at is not None and event.seq >= leave_at:
+                break
+        if leave_at is not None:
+            for event in session.attach(turn, after=last):
+                _out(line_of(event))
+        result = run.result(timeout=60)
+        _out({"end": True, "result": result.text})
+    elif mode == "drive":
+        text, chunks, hold_after = args[0], int(args[1]), int(args[2])
+        provider = GatedProvider(text, chunks, hold_after)
+        session = create_agent(provider=provider, store=store).session(id=sid)
+        run = session.start("go")
+        _out({"turn": run.turn_id})
+        for event in run:
+            _out(line_of(event))
+    else:  # pragma: no cover
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Idempotency keys (SPEC §17): a second call with a used key starts no second turn — it
+returns the committed result from the store (``result.replayed``); a turn that failed
+without progress frees its key; keys are checked before anything is written; 8 real
+processes sending with one key at once make exactly one turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import STORE_KINDS, run_together
+from crash_child import make_store
+
+import lousho_aio
+from lousho_sync import (
+    InvalidInputError,
+    ModelRequest,
+    ProviderError,
+    ScriptedProvider,
+    Step,
+    ToolCall,
+    create_agent,
+    tool,
+)
+from lousho_sync.sqlite import SqliteStore
+
+HERE = Path(__file__).resolve().parent
+
+
+@tool
+def pay(amount: int) -> str:
+    """Pay."""
+    return f"paid {amount}"
+
+
+PAY = Step(tool_calls=(ToolCall("c1", "pay", {"amount": 10}),))
+
+
+def echo(request: ModelRequest) -> str:
+    return "re: " + list(request.messages)[-1].text
+
+
+def texts(messages: object) -> list[str]:
+    return [f"{m.role}:{m.text}" for m in messages]  # type: ignore[attr-defined]
+
+
+def _same(a: object, b: object) -> bool:
+    fields = ("text", "finish_reason", "messages", "usage", "steps", "run_id")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def test_a_second_send_with_a_used_key_returns_the_stored_result_and_runs_no_turn(
+    tmp_path: Path,
+) -> None:
+    prov = ScriptedProvider([PAY, "paid it"], default="ok")
+    db = tmp_path / "agent.db"
+    s = create_agent(provider=prov, tools=[pay], store=SqliteStore(db)).session(id="u1")
+    first = s.send("pay 10", idempotency_key="order-7")
+    again = s.send("pay 10", idempotency_key="order-7")
+    assert first.replayed is False and again.replayed is True
+    assert _same(first, again) and again.text == "paid it" and again.steps == 2
+    assert prov.calls == 2 and len(s.messages) == 4
+    # another agent (as another process would) reads it from the store
+    other = create_agent(provider=ScriptedProvider(default="never"), tools=[pay],
+                         store=SqliteStore(db)).session(id="u1")
+    replay = other.send("pay 10", idempotency_key="order-7")
+    assert replay.replayed is True and _same(first, replay)
+    assert texts(other.messages) == texts(s.messages)
+    fresh = s.send("pay 10", idempotency_key="order-8")  # another key: a new turn
+    assert fresh.replayed is False and len(s.messages) == 6
+
+
+def test_a_key_is_per_session(tmp_path: Path) -> None:
+    agent = create_agent(provider=ScriptedProvider(default=echo),
+                         store=SqliteStore(tmp_path / "a.db"))
+    a = agent.session(id="a").send("hi", idempotency_key="k")
+    b = agent.session(id="b").send("hi", idempotency_key="k")
+    assert a.replayed is False and b.replayed is False and a.run_id != b.run_id
+
+
+@pytest.mark.parametrize("key", ["", "x" * 201, 7, b"bytes"])
+def test_a_bad_key_is_refused_before_anything_is_written(tmp_path: Path, key: object) -> None:
+    prov = ScriptedProvider(default=echo)
+    s = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    with pytest.raises(InvalidInputError, match="idempotency_key") as err:
+        s.send("hi", idempotency_key=key)  # type: ignore[arg-type]
+    assert err.value.code == "LOUSHO_INVALID_INPUT"
+    with pytest.raises(InvalidInputError, match="idempotency_key"):
+        s.stream("hi", idempotency_key=key)  # type: ignore[arg-type]
+    assert prov.calls == 0 and s.messages == () and s.pending() is None
+    assert s.send("hi", idempotency_key="x" * 200).replayed is False  # 200 is the limit
+
+
+def test_a_turn_that_failed_without_progress_frees_its_key(tmp_path: Path) -> None:
+    prov = ScriptedProvider([Step(error=ProviderError("503")), "ok now"])
+    s = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    with pytest.raises(ProviderError) as failed:
+        s.send("hi", idempotency_key="k")
+    assert failed.value.pending is False
+    r = s.send("hi", idempotency_key="k")
+    assert r.replayed is False and r.text == "ok now" and texts(s.messages) == [
+        "user:hi", "assistant:ok now"]
+    assert s.send("hi", idempotency_key="k").replayed is True
+
+
+def test_a_kept_turn_with_a_key_is_finished_by_the_retry_not_run_twice(tmp_path: Path) -> None:
+    # the keyed turn ran its tool, then the model failed: the turn is kept with its key
+    prov = ScriptedProvider([PAY, Step(error=ProviderError("503")), "paid it"])
+    ran: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    s = create_agent(provider=prov, tools=[pay],
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    with pytest.raises(ProviderError) as failed:
+        s.send("pay 10", idempotency_key="order-7")
+    assert failed.value.pending is True
+    r = s.send("pay 10", idempotency_key="order-7")  # the client retries
+    assert r.replayed is True and r.text == "paid it" and ran == [10]
+    assert texts(s.messages) == ["user:pay 10", "assistant:", "tool:paid 10",
+                                 "assistant:paid it"]
+
+
+def test_a_key_older_than_the_ttl_is_free_again(tmp_path: Path) -> None:
+    agent = create_agent(provider=ScriptedProvider(default=echo),
+                         store=SqliteStore(tmp_path / "a.db"))
+    s = agent.session(id="u1", idempotency_ttl_s=1e-9)
+    s.send("hi", idempotency_key="k")
+    assert s.send("hi", idempotency_key="k").replayed is False
+    assert len(s.messages) == 4
+    long = agent.session(id="u1")  # the default TTL (24 h): the last one counts
+    assert long.idempotency_ttl_s == 24 * 3600 and long.send("hi", idempotency_key="k").replayed
+
+
+def test_a_replayed_stream_yields_only_run_done(tmp_path: Path) -> None:
+    s = create_agent(provider=ScriptedProvider(default=echo),
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    first = s.send("hi", idempotency_key="k")
+    run = s.stream("hi", idempotency_key="k")
+    assert [e.type for e in run] == ["run.done"]
+    assert run.result().replayed is True and _same(run.result(), first)
+
+
+def test_a_keyed_call_under_queue_waits_for_the_running_turn_instead_of_joining_it(
+    tmp_path: Path,
+) -> None:
+    s = create_agent(provider=ScriptedProvider(default=echo),
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1",
+                                                                    turn_policy="queue")
+    run = s.stream("first", idempotency_key="k")
+    second = s.stream("first", idempotency_key="k")  # a retry while the first still runs
+    assert run.result().replayed is False
+    assert second.result().replayed is True and _same(second.result(), run.result())
+    assert texts(s.messages) == ["user:first", "assistant:re: first"]
+
+
+def test_the_aio_twins_take_the_key(tmp_path: Path) -> None:
+    agent = lousho_aio.create_agent(provider=ScriptedProvider(default=echo),
+                                    store=SqliteStore(tmp_path / "a.db"))
+
+    async def go() -> tuple[bool, bool, bool]:
+        s = agent.session(id="u1", idempotency_ttl_s=3600)
+        a = await s.send("hi", idempotency_key="k")
+        b = await s.send("hi", idempotency_key="k")
+        run = s.stream("hi", idempotency_key="k")
+        c = await run.result()
+        return a.replayed, b.replayed, c.replayed
+
+    assert asyncio.run(go()) == (False, True, True)
+
+
+@pytest.mark.parametrize("kind", [*STORE_KINDS, "encrypted-sqlite"], indirect=True)
+def test_8_processes_sending_with_one_key_at_once_make_exactly_one_turn(
+    kind: str, tmp_path: Path
+) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, str(HERE / "idem_child.py"), kind, str(tmp_path),
+                          "shared", "order-42"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for _ in range(8)
+    ]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in run_together(procs)]
+    assert sorted(r["replayed"] for r in results) == [False] + [True] * 7
+    first = {k: v for k, v in results[0].items() if k != "replayed"}
+    assert all({k: v for k, v in r.items() if k != "replayed"} == first for r in results)
+    assert first["text"] == "done: paid 10" and first["steps"] == 2
+    messages = create_agent(provider=ScriptedProvider(default="x"),
+                            store=make_store(kind, tmp_path)).session(id="shared").messages
+    assert texts(messages) == ["user:pay 10", "assistant:", "tool:paid 10",
+                               "assistant:done: paid 10"]
+
+
+def test_a_key_survives_a_store_round_trip_on_the_file_store() -> None:
+    from lousho_sync import FileSessionStore
+
+    root = tempfile.mkdtemp()
+    prov = ScriptedProvider(default=echo)
+    s = create_agent(provider=prov, store=FileSessionStore(root)).session(id="u1")
+    s.send("hi", idempotency_key="k")
+    again = create_agent(provider=prov, store=FileSessionStore(root)).session(id="u1")
+    assert again.send("hi", idempotency_key="k").replayed is True and prov.calls == 1
+
+
+def test_keys_hold_in_memory_with_no_store() -> None:
+    prov = ScriptedProvider(default=echo)
+    s = create_agent(provider=prov).session(id="u1")
+    first = s.send("hi", idempotency_key="k")
+    again = create_agent(provider=prov).session(id="u1")  # another agent: its own memory
+    assert s.send("hi", idempotency_key="k").replayed is True
+    assert again.send("hi", idempotency_key="k").replayed is False
+    assert first.replayed is False and prov.calls == 2 and len(s.messages) == 2
+
+
+def test_start_takes_the_key_and_a_retry_replays_the_detached_turn(tmp_path: Path) -> None:
+    prov = ScriptedProvider(default=echo)
+    s = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    first = s.start("hi", idempotency_key="k").result()
+    again = s.start("hi", idempotency_key="k").result()
+    assert first.replayed is False and again.replayed is True and _same(first, again)
+    assert prov.calls == 1 and texts(s.messages) == ["user:hi", "assistant:re: hi"]
