@@ -38,7 +38,7 @@ COROUTINES = {
     "AsyncAgent": {"send", "resume"},
     "AsyncApprovals": {"resolve", "list", "get", "page"},
     "AsyncSession": {"send", "load", "compact", "clear", "pending", "resume",
-                     "discard_pending", "undo", "fork", "set_metadata", "history"},
+                     "discard_pending", "delete", "undo", "fork", "set_metadata", "history"},
     "AsyncAgentRun": {"result"},
 }
 
