@@ -72,6 +72,19 @@ async def json_response(send: Any, status: int, body: object) -> None:
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
+def message_of(body: bytes) -> str | None:
+    """The ``"message"`` of a JSON request body: a non-empty str, else None (a 400)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    text = doc.get("message") if isinstance(doc, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
+BAD_REQUEST = {"error": 'send a JSON object with a non-empty "message" string'}
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The ASGI application."""
     if scope["type"] != "http":
@@ -93,7 +106,10 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
-    text = json.loads(body)["message"]
+    text = message_of(body)
+    if text is None:
+        await json_response(send, 400, BAD_REQUEST)
+        return
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
 

@@ -140,6 +140,19 @@ def sse(data: object, event: str | None = None) -> str:
     return f"{head}data: {json.dumps(data)}\n\n"
 
 
+def message_of(body: bytes) -> str | None:
+    """The ``"message"`` of a JSON request body: a non-empty str, else None (a 400)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    text = doc.get("message") if isinstance(doc, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
+BAD_REQUEST = {"error": 'send a JSON object with a non-empty "message" string'}
+
+
 @csrf_exempt
 def chat(request: HttpRequest, user: str) -> HttpResponse:
     """POST: one streamed turn of the user's session; GET: its transcript."""
@@ -147,7 +160,13 @@ def chat(request: HttpRequest, user: str) -> HttpResponse:
     if request.method == "GET":
         return JsonResponse({"session_id": session.id, "messages": [
             {"role": m.role, "text": m.text} for m in session.messages]})
-    run = session.stream(json.loads(request.body)["message"])
+    text = message_of(request.body)
+    if text is None:
+        return JsonResponse(BAD_REQUEST, status=400)
+    try:
+        run = session.stream(text)
+    except LoushoError as exc:  # e.g. its turn waits for an approval (a store without
+        return JsonResponse({"error": str(exc), "code": exc.code}, status=409)  # checkpoints)
 
     def events() -> Iterator[str]:
         # A client that hangs up makes the server close this generator: the loop stops,

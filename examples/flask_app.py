@@ -98,10 +98,33 @@ def sse(data: object, event: str | None = None) -> str:
     return f"{head}data: {json.dumps(data)}\n\n"
 
 
+def message_of(body: bytes) -> str | None:
+    """The ``"message"`` of a JSON request body: a non-empty str, else None (a 400)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    text = doc.get("message") if isinstance(doc, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
+BAD_REQUEST = {"error": 'send a JSON object with a non-empty "message" string'}
+
+
 @app.post("/chat/<path:user>")
 def chat(user: str) -> Response:
+    text = message_of(request.get_data())
+    if text is None:
+        response = jsonify(BAD_REQUEST)
+        response.status_code = 400
+        return response
     session = agent.session(id=session_id_for(user))
-    run = session.stream(request.get_json()["message"])  # the turn joins the queue now
+    try:
+        run = session.stream(text)  # the turn joins the queue now
+    except LoushoError as exc:  # e.g. its turn waits for an approval (a store without
+        response = jsonify(error=str(exc), code=exc.code)  # checkpoints refuses at once)
+        response.status_code = 409
+        return response
 
     def events() -> Iterator[str]:
         # A client that hangs up makes the server close this generator: the loop stops,

@@ -20,6 +20,7 @@ from lousho_sync.errors import (
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
+    InvalidEventIdError,
     InvalidInputError,
     InvalidMetadataError,
     InvalidSessionIdError,
@@ -45,6 +46,7 @@ from lousho_sync.errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
+from lousho_sync.event_json import EVENT_JSON_VERSION, event_to_dict
 from lousho_sync.events import (
     ApprovalRequested,
     CompactionDone,
@@ -116,6 +118,7 @@ from .run import AsyncAgentRun
 from .session import AsyncApproveCallback, AsyncSession
 
 __all__ = [
+    "EVENT_JSON_VERSION",
     "AbortController",
     "AbortedError",
     "AgentStore",
@@ -153,6 +156,7 @@ __all__ = [
     "InMemoryApprovalStore",
     "InputApplied",
     "InputQueued",
+    "InvalidEventIdError",
     "InvalidInputError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
@@ -225,6 +229,7 @@ __all__ = [
     "memory_store",
     "message_from_dict",
     "message_to_dict",
+    "event_to_dict",
     "register_provider",
     "resolve_model",
     "result_from_dict",

@@ -304,11 +304,14 @@ class EventPump(Generic[T]):
         abort: Callable[[str], object],
         leave: Callable[[], object] | None = None,
         bound: int = EVENT_BUFFER,
+        ahead: Callable[[T], bool] | None = None,
     ) -> None:
         self._source = source
         self._abort = abort
         self._leave_source = leave
         self._bound = bound
+        self._ahead = ahead
+        self._wanting = False  # the consumer waits for an item (a sync reader's next())
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._buf: deque[T] = deque()
@@ -344,10 +347,25 @@ class EventPump(Generic[T]):
                 waiter = None
             else:
                 self._buf.append(item)
+                self._wanting = False  # answered; the consumer asks again when it wants more
                 waiter, self._waiter = self._waiter, None
         if orphaned:
             self._abort("the event loop closed")
         self._wake(waiter)
+        if self._ahead is not None and not self._ahead(item):
+            self._wait_for_reader()
+
+    def _wait_for_reader(self) -> None:
+        """After an item that may not be run ahead of: go on only when the consumer took
+        it and asks for the next one (as a sync reader's ``next()``), or left."""
+        orphaned = False
+        with self._space:
+            while self._bounded and not self._discard and (self._buf or not self._wanting):
+                if not self._space.wait(_PRODUCER_WAIT_S) and self._loop_closed():
+                    orphaned = self._discard = True
+                    self._buf.clear()
+        if orphaned:
+            self._abort("the event loop closed")
 
     def _loop_closed(self) -> bool:
         return self._loop is not None and self._loop.is_closed()
@@ -383,6 +401,8 @@ class EventPump(Generic[T]):
                 if self._ended:
                     return _END
                 waiter = self._waiter = self._loop.create_future()
+                self._wanting = True
+                self._space.notify()
             await waiter
 
     def unbound(self) -> None:
@@ -392,21 +412,40 @@ class EventPump(Generic[T]):
             self._bounded = False
             self._space.notify_all()
 
+    def _unseen_ahead(self) -> bool:
+        """Whether the consumer leaves items it was not shown that were run ahead of it (a
+        sync reader leaving there would have had the run go on past them: it aborts)."""
+        with self._space:
+            return self._ahead is not None and any(self._ahead(i) for i in self._buf)
+
     def _leave(self) -> None:
         with self._space:
             self._discard = True
             self._buf.clear()
             self._space.notify_all()
 
-    async def stop(self, reason: str, *, left: bool = False) -> bool:
-        """Abort the source (or, when the consumer ``left`` and the source can be told so,
-        let it decide as a sync reader's leaving does), drop what is buffered, wait
-        (shielded) for the producer to end; True if a cancellation arrived meanwhile."""
-        if left and self._leave_source is not None:
+    def left(self, reason: str = "the consumer stopped iterating") -> None:
+        """The consumer left (does not wait): tell the source as a sync reader's leaving
+        does (abort it when the consumer leaves items it was not shown that were read
+        ahead of it) and drop what is buffered. Idempotent."""
+        with self._space:
+            if self._discard or (self._ended and not self._buf):
+                return
+        if self._leave_source is not None and not self._unseen_ahead():
             self._leave_source()
         else:
             self._abort(reason)
         self._leave()
+
+    async def stop(self, reason: str, *, left: bool = False) -> bool:
+        """Abort the source (or, when the consumer ``left``, see :meth:`left`), drop what
+        is buffered, wait (shielded) for the producer to end; True if a cancellation
+        arrived meanwhile."""
+        if left:
+            self.left(reason)
+        else:
+            self._abort(reason)
+            self._leave()
         return await settle(self.start())
 
     async def events(self) -> AsyncGenerator[T, None]:

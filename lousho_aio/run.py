@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from lousho_sync.errors import RunConsumedError, RunTimeoutError
-from lousho_sync.events import Event
+from lousho_sync.events import Event, TextDelta
 from lousho_sync.inputs import InputLike
 from lousho_sync.results import ExecutionResult
 from lousho_sync.run import AgentRun
@@ -53,8 +53,9 @@ class AsyncAgentRun:
                 f"run {self.run_id} is already being read (iterate an AsyncAgentRun once, "
                 "before awaiting result())"
             )
-        self._pump = _bridge.EventPump(self._run, abort=self._run.abort, leave=self._run.leave)
-        return self._pump.events()
+        self._pump = _bridge.EventPump(self._run, abort=self._run.abort, leave=self._run.leave,
+                                       ahead=_text)
+        return _Reader(self._pump)
 
     async def result(self, timeout: float | None = None) -> ExecutionResult:
         """Wait for the end of the run and return its result (raise its error).
@@ -99,3 +100,35 @@ class AsyncAgentRun:
     def __repr__(self) -> str:
         state = "done" if self.done else "running"
         return f"<AsyncAgentRun {self.run_id} {state}>"
+
+
+def _text(event: Event) -> bool:
+    """Whether the pump may read on past ``event`` before the reader took it: only a text
+    delta (more of the same model answer); past anything else the turn may run a tool or
+    call the model, which a sync run does only when its reader asks for the next event."""
+    return type(event) is TextDelta
+
+
+class _Reader:
+    """The ``async for`` iterator of a run. Leaving the loop drops it at once (CPython frees
+    it on ``break``), which tells the run its reader left before anything else can drive
+    it — as a sync reader's ``break`` does; the pump's own clean-up follows later."""
+
+    __slots__ = ("_events", "_pump")
+
+    def __init__(self, pump: _bridge.EventPump[Event]) -> None:
+        self._pump = pump
+        self._events = pump.events()
+
+    def __aiter__(self) -> _Reader:
+        return self
+
+    async def __anext__(self) -> Event:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop reading (as leaving the loop does) and wait for the run to settle."""
+        await self._events.aclose()
+
+    def __del__(self) -> None:
+        self._pump.left()

@@ -27,6 +27,7 @@ from .errors import (
     ApprovalNotFoundError,
     ApprovalTurnMissingError,
     ConfigError,
+    InvalidEventIdError,
     InvalidInputError,
     InvalidMetadataError,
     InvalidSessionIdError,
@@ -52,6 +53,7 @@ from .errors import (
     StoreTooNewError,
     StoreUnavailableError,
 )
+from .event_json import EVENT_JSON_VERSION, event_to_dict
 from .events import (
     ApprovalRequested,
     CompactionDone,
@@ -133,6 +135,7 @@ __version__ = _version()
 """The installed distribution's version (one source: the package metadata)."""
 
 __all__ = [
+    "EVENT_JSON_VERSION",
     "AbortController",
     "AbortedError",
     "Agent",
@@ -168,6 +171,7 @@ __all__ = [
     "InputApplied",
     "InputQueued",
     "InvalidInputError",
+    "InvalidEventIdError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
@@ -235,6 +239,7 @@ __all__ = [
     "Usage",
     "UsageEvent",
     "create_agent",
+    "event_to_dict",
     "memory_store",
     "message_from_dict",
     "message_to_dict",

@@ -68,7 +68,14 @@ def load_app(spec: str, store: Any | None) -> Agent:
     if not callable(target):
         raise ConfigError(f"--app {spec!r} is a {type(target).__name__}, not an Agent or a "
                           "function returning one")
-    agent = target(store=store) if store is not None else target()
+    try:
+        agent = target(store=store) if store is not None else target()
+    except ConfigError:
+        raise
+    except Exception as exc:  # a function that is not an agent factory, or one that failed
+        how = f"{attr}(store=...)" if store is not None else f"{attr}()"
+        raise ConfigError(f"--app {spec!r}: calling {how} failed: {type(exc).__name__}: "
+                          f"{exc} (it should be an Agent, or a function returning one)") from exc
     if not isinstance(agent, Agent):
         raise ConfigError(f"--app {spec!r} returned a {type(agent).__name__}, not an Agent "
                           "(lousho_sync.create_agent(...))")

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from .compaction import SUMMARY_INSTRUCTIONS
 from .errors import ProviderError
 from .events import RunDone, TextDelta, ToolCallStart
 from .providers.base import ModelRequest
@@ -48,7 +49,7 @@ def _refused_key(exc: BaseException, session: Session) -> ChatEnded | None:
 def _scripted_answer(request: ModelRequest) -> Step:
     """The offline model of ``--model scripted``: it says what it got, streamed word by word;
     asked to compact, it writes a short summary."""
-    if "compact the earlier part of a conversation" in (request.system or ""):
+    if (request.system or "").startswith(SUMMARY_INSTRUCTIONS):
         users = sum(1 for m in request.messages if m.role == "user")
         return Step(text=f"The user sent {users} message(s) to a scripted model.")
     last = list(request.messages)[-1].text if request.messages else ""

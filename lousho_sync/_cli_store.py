@@ -16,8 +16,8 @@ import attrs
 
 from .catalog import LIST_LIMIT_MAX
 from .errors import SessionExistsError, StoreConflictError
+from .records import session_key, session_of, session_prefix
 from .stores.base import supports_append, supports_catalog
-from .turns import session_key, session_of, session_prefix
 
 __all__ = [
     "CopyReport",

@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._session_parts import SessionParts
-from ._session_state import awaiting_error
-from ._writes import TurnWriter
 from .compaction import is_summary
 from .errors import ApprovalAlreadyResolvedError, ConfigError, SessionBusyError
+from .executor import TurnWriter
 from .messages import Message
+from .records import session_prefix
 from .stores.base import Catalogued, supports_catalog
-from .turns import session_prefix
 
 __all__ = ["catalog_of", "fork_copy", "history", "metadata", "set_metadata", "turn_starts",
            "undo"]
@@ -62,25 +61,11 @@ def _check_count(name: str, value: object, low: int) -> int:
     return value
 
 
-def _refuse_pending(p: SessionParts, what: str) -> None:
-    cp = p.pending_checkpoint()
-    if cp is None:
-        return
-    pending = p.still_pending(cp) if cp.status == "awaiting-approval" else []
-    if pending:
-        raise awaiting_error(p.id, pending[0], what)
-    raise SessionBusyError(
-        f"session {p.id!r} has an unfinished turn; resume() or discard_pending() it "
-        f"before {what}",
-        session_id=p.id,
-    )
-
-
 def undo(p: SessionParts, turns: int) -> tuple[Message, ...]:
     """Remove the last ``turns`` turns under the session's lease; the removed messages."""
     _check_count("turns", turns, 1)
     with p.exclusive("undo()") as hold:
-        _refuse_pending(p, "undo()")
+        p.refuse_if_pending("undo()")
         messages = list(p.state.messages)
         starts = turn_starts(messages)
         if turns > len(starts):
@@ -112,8 +97,6 @@ def delete(p: SessionParts) -> None:
         with p.state.lock:
             p.state.awaiting = None
         p.state.replace([], None)
-    if p.base.pin is not None:
-        p.base.pin(p.id, p.sessions, False)
 
 
 def _snapshot(p: SessionParts, store: Catalogued) -> tuple[list[Message], list[Message],

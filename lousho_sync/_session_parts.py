@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 
 from . import _otel
 from ._lease_hold import LeaseHold
-from ._session_state import SessionState
-from ._writes import TurnWriter
+from ._session_state import SessionState, awaiting_error
 from .approvals import current
 from .compaction import (
     Compaction,
@@ -24,11 +23,12 @@ from .compaction import (
     split_point,
     summarise,
 )
-from .errors import StoreCorruptError
+from .errors import SessionBusyError, StoreCorruptError
 from .events import CompactionDone, CompactionStart
+from .executor import TurnWriter
 from .limits import Limits, exceeded_before_model_call
 from .messages import Message
-from .records import Checkpoint
+from .records import Checkpoint, session_key, session_prefix
 from .signal import Signal
 from .stores.base import (
     ApprovalStore,
@@ -38,8 +38,7 @@ from .stores.base import (
     TurnCommitter,
     supports_fencing,
 )
-from .turn_state import ApproveCallback, TurnConfig, TurnEnv
-from .turns import session_key, session_prefix
+from .turn_state import TurnConfig
 
 __all__ = ["AgentBase", "SessionParts"]
 
@@ -54,8 +53,6 @@ class AgentBase:
     config: TurnConfig
     compaction: Compaction | None = None
     scratch: CheckpointStore
-    pin: Callable[[str, SessionStore, bool], None] | None = None
-    """Told when a turn of a session starts (True) or stops (False) waiting on approvals."""
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -70,19 +67,59 @@ class SessionParts:
     committer: TurnCommitter | None
     state: SessionState
     lease_ttl_s: float
+    turn_store: CheckpointStore = attrs.field(
+        default=attrs.Factory(lambda self: self.checkpoints or self.base.scratch,
+                              takes_self=True),
+        init=False,
+    )
+    """Where this session's turns are checkpointed (the agent's scratch store when the
+    session is not durable: a paused turn is kept there)."""
+    fences: tuple[bool, bool, bool] = attrs.field(
+        default=attrs.Factory(
+            lambda self: (supports_fencing(self.turn_store), supports_fencing(self.approvals),
+                          supports_fencing(self.sessions)),
+            takes_self=True,
+        ),
+        init=False,
+    )
+    """Whether the checkpoint, approval and session store take ``fence=`` (checked once)."""
 
     def writer(self, hold: LeaseHold | None) -> TurnWriter:
         """The writer of this session's turns under the lease ``hold``."""
-        checkpoints = self.checkpoints or self.base.scratch
-        return TurnWriter(checkpoints, self.approvals, hold)
+        return TurnWriter(self.turn_store, self.approvals, hold, fences=self.fences)
 
-    def env(
-        self, writer: TurnWriter, approve: ApproveCallback | None, limits: Limits | None
-    ) -> TurnEnv:
-        """The environment of one turn counting against the session budget ``limits``."""
-        return TurnEnv(writer=writer, approve=approve, session_limits=limits,
-                       session_used=self.state.used,
-                       durable=self.checkpoints is not None)
+    def unreadable(self, exc: StoreCorruptError, key: str) -> StoreCorruptError:
+        """The error for the pending turn ``key`` that cannot be read, saying how to
+        remove it."""
+        return StoreCorruptError(
+            f"{exc} [session {self.id!r}: its pending turn {key!r} cannot be read; "
+            "session.discard_pending() or session.clear() removes it]",
+            path=exc.path, address=exc.address, session_id=self.id,
+        )
+
+    def refuse_if_pending(self, what: str) -> None:
+        """Refuse ``what`` (compact, undo, fork) while a turn pends: SessionAwaitingApprovalError
+        when it waits on an approval, else SessionBusyError."""
+        cp = self.pending_checkpoint()
+        if cp is None:
+            return
+        self.refuse_if_awaiting(cp, what)
+        raise SessionBusyError(
+            f"session {self.id!r} has an unfinished turn; resume() or discard_pending() it "
+            f"before {what}",
+            session_id=self.id,
+        )
+
+    def refuse_if_awaiting(self, cp: Checkpoint | None, what: str = "") -> None:
+        """SessionAwaitingApprovalError when ``cp`` waits on an approval still pending
+        (remembered for the next call's quick check); ``what`` names the refused call."""
+        if cp is None or cp.status != "awaiting-approval":
+            return
+        pending = self.still_pending(cp)
+        if pending:
+            with self.state.lock:
+                self.state.awaiting = pending[0]
+            raise awaiting_error(self.id, pending[0], what)
 
     def pending_checkpoint(
         self, *, drop_unreadable: bool = False, hold: LeaseHold | None = None
@@ -93,17 +130,12 @@ class SessionParts:
         ``drop_unreadable`` it is deleted instead (under the caller's lease ``hold``; logged)
         and None returned — what discard_pending() and clear() do.
         """
-        store = self.checkpoints or self.base.scratch
         key = session_key(self.id, len(self.state.messages))
         try:
-            return store.load(key)
+            return self.turn_store.load(key)
         except StoreCorruptError as exc:
             if not drop_unreadable:
-                raise StoreCorruptError(
-                    f"{exc} [session {self.id!r}: its pending turn {key!r} cannot be read; "
-                    "session.discard_pending() or session.clear() removes it]",
-                    path=exc.path, address=exc.address, session_id=self.id,
-                ) from exc
+                raise self.unreadable(exc, key) from exc
             _log.warning("session %s: deleting its unreadable pending turn %s", self.id, key)
             self.writer(hold).delete(key)
             return None

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from ._session_parts import AgentBase
-from ._writes import TurnWriter
 from .approvals import (
     EXPIRED_REASON,
     ApprovalPage,
@@ -30,13 +29,13 @@ from .errors import (
     ApprovalTurnMissingError,
     ConfigError,
 )
-from .events import RunEvent
+from .executor import TurnEnv, TurnWriter
 from .ids import check_storable_id, new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits, Price
 from .messages import Message, Usage
 from .providers.base import Provider
-from .records import ApprovalRecord, Checkpoint, is_expired
+from .records import ApprovalRecord, Checkpoint, is_expired, parse_key
 from .results import ExecutionResult
 from .run import AgentRun
 from .session import Session, TurnPolicy
@@ -51,8 +50,8 @@ from .stores.base import (
 from .stores.bundle import AnyStore
 from .stores.memory import InMemoryApprovalStore, MemoryCheckpointStore, MemorySessionStore
 from .tools import Tool
-from .turn_state import ApproveCallback, TurnConfig, TurnEnv, TurnState
-from .turns import drive, one_shot_key, parse_key, play, play_linked, resumed_turn
+from .turn_state import ApproveCallback, TurnConfig
+from .turns import one_shot, resume_one_shot
 
 __all__ = ["Agent", "Approvals", "create_agent"]
 
@@ -153,21 +152,20 @@ class Agent:
             ),
             compaction=compaction,
             scratch=self._scratch,
-            pin=self._pin,
         )
         self._scratch_env = TurnEnv(writer=TurnWriter(self._scratch, self.approval_store),
                                     durable=False)
         self._lock = threading.Lock()
-        self._default_stores: weakref.WeakValueDictionary[str, MemorySessionStore] = (
-            weakref.WeakValueDictionary()
-        )
+        # no session store given: the agent's own in memory (a session lives as long as
+        # its agent, as with memory_store())
+        self._memory = MemorySessionStore()
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
-        self._pinned: dict[str, MemorySessionStore] = {}
         self.approvals = Approvals(self)
 
     @property
     def store(self) -> AnyStore | None:
-        """The store given to ``create_agent`` (None: each session keeps its own in memory)."""
+        """The store given to ``create_agent`` (None: the agent keeps its sessions in
+        memory, each as long as the agent lives)."""
         return self._store
 
     # --- single turns --------------------------------------------------------------------------
@@ -200,34 +198,21 @@ class Agent:
             validate_session_id(session_id)
         control = TurnControl()
         durable = session_id is not None and self.checkpoint_store is not None
-        key = one_shot_key(session_id, control.run_id)
-        state = TurnState(run_id=control.run_id, key=key, session_id=session_id, input=msgs)
         if durable or approve is not None:
             store = self.checkpoint_store if durable else self._scratch
             env = TurnEnv(writer=TurnWriter(store, self.approval_store), approve=approve,
                           durable=durable)
         else:
             env = self._scratch_env  # the common case, built once
-        hint = f"the run was kept: finish it with agent.resume({session_id!r})"
-        cfg = self._base.config
-
-        def driver(emit: bool) -> Generator[RunEvent, None, ExecutionResult]:
-            gen = play(cfg, env, control, state, (), emit=emit, resume_hint=hint)
-            return gen if signal is None else play_linked(signal, control, gen)
-
+        driver = one_shot(self._base.config, msgs, env=env, control=control,
+                          session_id=session_id, signal=signal)
         return AgentRun(driver, control)
 
     def _resume_one_shot(
         self, store: CheckpointStore, key: str, signal: Signal | None = None
     ) -> ExecutionResult | None:
-        cp = store.load(key)
-        if cp is None:
-            return None
-        control, state = resumed_turn(cp)
-        env = TurnEnv(writer=TurnWriter(store, self.approval_store))
-        gen = play(self._base.config, env, control, state, (), emit=False, resumed=True)
-        result: ExecutionResult = drive(play_linked(signal, control, gen))
-        return result
+        return resume_one_shot(self._base.config, TurnWriter(store, self.approval_store), key,
+                               signal)
 
     # --- sessions ------------------------------------------------------------------------------
     def session(
@@ -245,13 +230,7 @@ class Agent:
         over the agent's, part by part."""
         sid = new_session_id() if id is None else validate_session_id(id)
         s_sessions, s_checkpoints, s_approvals = _parts(store)
-        sessions = s_sessions or self._session_store
-        if sessions is None:
-            with self._lock:
-                sessions = self._default_stores.get(sid)
-                if sessions is None:
-                    sessions = MemorySessionStore()
-                    self._default_stores[sid] = sessions
+        sessions = s_sessions or self._session_store or self._memory
         checkpoints = checkpoint_store or s_checkpoints or self.checkpoint_store
         kwargs: dict[str, Any] = {}
         if lease_ttl_s is not None:
@@ -347,16 +326,6 @@ class Agent:
         if session is not None:
             return session.resume()
         return self._resume_one_shot(store, record.checkpoint_key)
-
-    def _pin(self, id: str, store: SessionStore, keep: bool) -> None:
-        """Keep the default in-memory transcript of ``id`` alive while its turn waits on an
-        approval (the ``Session`` objects may all be gone by the time it is resolved)."""
-        with self._lock:
-            if keep and self._default_stores.get(id) is store:
-                assert isinstance(store, MemorySessionStore)
-                self._pinned[id] = store
-            elif not keep and self._pinned.get(id) is store:
-                del self._pinned[id]
 
     def __repr__(self) -> str:
         return f"<Agent provider={type(self.provider).__name__} tools={list(self.tools)}>"

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -62,7 +62,9 @@ class _NotFound(_Failure):
     code = "LOUSHO_SESSION_NOT_FOUND"
 
 
-def _count(low: int) -> Any:
+def _count(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``low`` (a usage error otherwise)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -484,7 +486,7 @@ def _as_line(m: Any) -> str:
 def _show(args: argparse.Namespace, store: Any, session: Any, out: TextIO) -> int:
     """The transcript, then the pending turn: its status and the messages it holds so far
     (its input, the model answers and tool results recorded before it stopped)."""
-    from .turns import session_key
+    from .records import session_key
 
     info = _session_info(session)
     pending_turn: list[Any] = []

@@ -8,7 +8,6 @@ import os
 import threading
 from collections.abc import Callable
 
-from . import _otel
 from .messages import Message
 from .signal import AbortController, Latch
 
@@ -47,7 +46,6 @@ class TurnControl:
         self.may_finish = False
         """Whether the turn is streaming its answer's text or has it whole with no tool
         call (kept by the executor): then a leaving reader lets it finish."""
-        self.otel: _otel.Hooks = _otel.OFF  # tracing/logging hooks (issue 18); set by steps()
 
     # --- events -------------------------------------------------------------------------
     def next_seq(self) -> int:

@@ -48,6 +48,7 @@ __all__ = [
     "ApprovalTurnMissingError",
     "ConfigError",
     "InvalidInputError",
+    "InvalidEventIdError",
     "InvalidMetadataError",
     "InvalidSessionIdError",
     "LeaseLostError",
@@ -121,6 +122,17 @@ class InvalidSessionIdError(LoushoError, ValueError):
     def __init__(self, message: str, *, session_id: object = None) -> None:
         super().__init__(message)
         self.session_id = session_id
+
+
+class InvalidEventIdError(InvalidInputError):
+    """A ``Last-Event-ID`` is not ``<turn_id>:<seq>`` or names another turn (a web view
+    answers it with HTTP 400)."""
+
+    code = "LOUSHO_INVALID_EVENT_ID"
+
+    def __init__(self, message: str, *, event_id: object = None) -> None:
+        super().__init__(message)
+        self.event_id = event_id
 
 
 class InvalidMetadataError(LoushoError, ValueError):

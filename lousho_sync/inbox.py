@@ -46,9 +46,8 @@ from .errors import (
 from .ids import validate_session_id
 from .messages import Message
 from .providers.scripted import ScriptedProvider
-from .records import ApprovalRecord
+from .records import ApprovalRecord, session_key
 from .stores.base import supports_catalog
-from .turns import session_key
 
 __all__ = ["COOKIE", "TOKEN_ENV", "InboxApp", "inbox_app", "make_inbox_server", "new_token"]
 
@@ -328,8 +327,9 @@ class InboxApp:
             parts.append("<p id=pending>Waiting for a decision:</p>"
                          + self._approval_rows(waiting, f"/sessions/{sid}"))
         else:
-            parts.append("<p id=pending>A turn did not finish (interrupted): "
-                         f"<code>agent.resume({_e(repr(sid))})</code> finishes it.</p>")
+            parts.append("<p id=pending>A turn is unfinished: running in another process, or "
+                         f"interrupted (then <code>agent.resume({_e(repr(sid))})</code> "
+                         "finishes it).</p>")
         parts.append(
             "<h2>Running turn</h2><p class=muted id=live>The live view of a running turn is "
             "not here yet: it needs <code>Session.attach()</code> (the issue “A turn outlives "

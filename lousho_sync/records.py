@@ -1,5 +1,10 @@
 """The records stores keep besides messages: :class:`Checkpoint`, :class:`ApprovalRecord`,
-and the :class:`Fence` a turn's writes carry. Below both the codec and the stores.
+and the :class:`Fence` a turn's writes carry; and the checkpoint keys, built and parsed here
+only. Below both the codec and the stores.
+
+Checkpoint keys: ``"<session id>.turn-<n>"`` for session turns (``n`` = transcript length
+when the turn started), ``"<session id>"`` for a durable one-shot run, ``"run-<run id>"`` for
+a one-shot run nobody can resume (kept only while it waits on an approval).
 """
 
 from __future__ import annotations
@@ -19,9 +24,15 @@ __all__ = [
     "ApprovalRecord",
     "Checkpoint",
     "Fence",
+    "TurnKey",
     "is_expired",
     "now",
+    "one_shot_key",
+    "parse_key",
     "resolved",
+    "session_key",
+    "session_of",
+    "session_prefix",
 ]
 
 CHECKPOINT_VERSION = 1
@@ -151,3 +162,50 @@ class Fence:
 
     session_id: str
     token: int
+
+
+# --- checkpoint keys ---------------------------------------------------------------------------
+_TURN = ".turn-"
+_SCRATCH = "run-"
+
+
+def session_key(session_id: str, turn_index: int) -> str:
+    """The checkpoint key of the session turn that starts at ``turn_index``."""
+    return f"{session_id}{_TURN}{turn_index}"
+
+
+def session_prefix(session_id: str) -> str:
+    """The prefix of every session-turn checkpoint key of ``session_id``."""
+    return f"{session_id}{_TURN}"
+
+
+def one_shot_key(session_id: str | None, run_id: str) -> str:
+    """The key of a one-shot run: its session id (durable), else ``run-<run id>``."""
+    return session_id if session_id is not None else f"{_SCRATCH}{run_id}"
+
+
+def session_of(key: str) -> str | None:
+    """The session id of a session-turn checkpoint key (None for any other key)."""
+    sid, sep, n = key.rpartition(_TURN)
+    return sid if sep and sid and n.isdigit() else None
+
+
+@attrs.frozen(slots=True)
+class TurnKey:
+    """What a checkpoint key names: a session turn, a durable one-shot run, or a scratch
+    one-shot run."""
+
+    kind: Literal["session", "one-shot", "scratch"]
+    session_id: str | None = None
+    turn_index: int | None = None
+
+
+def parse_key(key: str, session_id: str | None) -> TurnKey:
+    """What ``key`` (recorded with ``session_id``, e.g. on an approval record) names."""
+    if session_id is not None and key.startswith(session_prefix(session_id)):
+        rest = key[len(session_prefix(session_id)):]
+        if rest.isdigit():
+            return TurnKey("session", session_id, int(rest))
+    if key.startswith(_SCRATCH):
+        return TurnKey("scratch", session_id)
+    return TurnKey("one-shot", session_id)

@@ -14,20 +14,14 @@ import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal
 
-import attrs
-
 from . import _session_ops as ops
-from ._lease_hold import LeaseHold
-from ._persistence import commit_turn
 from ._session_parts import AgentBase, SessionParts
-from ._session_state import Ticket, Turn, awaiting_error, state_for
+from ._session_state import Ticket, Turn, state_for
 from .compaction import check_keep_last
 from .control import TurnControl
 from .errors import (
     ApprovalAlreadyResolvedError,
     ConfigError,
-    LoushoError,
-    SessionAwaitingApprovalError,
     SessionBusyError,
     SessionExistsError,
 )
@@ -35,13 +29,14 @@ from .events import ContextCleared, ListenerEvent, RunEvent
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits
-from .messages import Message, Usage
+from .messages import Message
+from .records import session_prefix
 from .results import ExecutionResult, PendingTurn
-from .run import AgentRun
-from .signal import Signal, link
+from .run import AgentRun, DriverFactory
+from .signal import Signal
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
-from .turn_state import ApproveCallback, TurnState
-from .turns import drive, play, resumed_turn, session_key, session_prefix
+from .turn_state import ApproveCallback
+from .turns import SessionTurn, drive
 
 __all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
 
@@ -50,15 +45,6 @@ _log = logging.getLogger(__name__)
 TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
-_RESUME_HINT = (
-    "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
-    "with session.discard_pending()"
-)
-
-_NOT_SENT = (
-    "this error is about the session's pending turn, which this call was finishing first; "
-    "this call's own input was not started and not stored: send it again"
-)
 
 
 class Session:
@@ -148,11 +134,14 @@ class Session:
         approve: ApproveCallback | None = None,
     ) -> ExecutionResult:
         """One turn with the whole transcript; returns its result."""
-        return self._start(to_messages(input), signal, approve).result()
+        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True)
+        result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
+        return result
 
     def stream(self, input: InputLike, *, signal: Signal | None = None) -> AgentRun:
         """The same turn as an :class:`AgentRun`; it joins the queue now."""
-        return self._start(to_messages(input), signal, None)
+        driver, control, discard = self._start(to_messages(input), signal, None)
+        return AgentRun(driver, control, on_discard=discard)
 
     def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""
@@ -160,13 +149,21 @@ class Session:
         control.close()
         ticket = self._state.enqueue(control)
         result: ExecutionResult | None = drive(
-            self._turn_driver(ticket, None, signal, None, emit=False)
+            SessionTurn(self._p, ticket, None, signal=signal, limits=self.limits,
+                        wait_for_lease=self.turn_policy != "reject").run(False)
         )
         return result
 
     def _start(
-        self, msgs: tuple[Message, ...], signal: Signal | None, approve: ApproveCallback | None
-    ) -> AgentRun:
+        self,
+        msgs: tuple[Message, ...],
+        signal: Signal | None,
+        approve: ApproveCallback | None,
+        *,
+        driven: bool = False,
+    ) -> tuple[DriverFactory, TurnControl, Callable[[], None] | None]:
+        """The turn policy's decision on ``msgs``: a driver that joins the running turn,
+        or a new :class:`SessionTurn` queued now (``driven``: by this caller, at once)."""
         st = self._state
         control = TurnControl()
         with st.lock:
@@ -182,20 +179,25 @@ class Session:
                 token = object()
                 if current.control.offer(msgs, steer=policy == "steer", token=token):
                     seq = next(st.seq)
-                    return AgentRun(
+                    return (
                         lambda emit: self._join_driver(current, token, seq, msgs, signal,
                                                        approve, control, emit),
-                        control,
+                        control, None,
                     )
             if policy == "rollback" and current is not None and current.control:
                 current.control.abort("rollback")
-            ticket = Ticket(next(st.seq), Turn(control))
+            # a ticket driven at once is never an unread stream ahead of its caller
+            ticket = (Ticket(next(st.seq), Turn(control), caller=None, started=True) if driven
+                      else Ticket(next(st.seq), Turn(control)))
             st.waiting.append(ticket)
-        return AgentRun(
-            lambda emit: self._turn_driver(ticket, msgs, signal, approve, emit=emit),
-            control,
-            on_discard=lambda: st.cancel(ticket),
-        )
+        return self._turn(ticket, msgs, signal, approve).run, control, lambda: st.cancel(ticket)
+
+    def _turn(
+        self, ticket: Ticket, msgs: tuple[Message, ...], signal: Signal | None,
+        approve: ApproveCallback | None,
+    ) -> SessionTurn:
+        return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
+                           limits=self.limits, wait_for_lease=self.turn_policy != "reject")
 
     def _join_driver(
         self,
@@ -216,143 +218,8 @@ class Session:
             assert turn.result is not None
             return turn.result
         ticket = self._state.enqueue(control, seq=seq)
-        result: ExecutionResult = yield from self._turn_driver(ticket, msgs, signal, approve,
-                                                               emit=emit)
+        result: ExecutionResult = yield from self._turn(ticket, msgs, signal, approve).run(emit)
         return result
-
-    def _turn_driver(
-        self,
-        ticket: Ticket,
-        msgs: tuple[Message, ...] | None,
-        signal: Signal | None,
-        approve: ApproveCallback | None,
-        *,
-        emit: bool,
-    ) -> Generator[RunEvent, None, Any]:
-        """Wait for the slot, take the lease, finish a pending turn, then run ``msgs`` (the
-        lease is held from the first write to the last commit)."""
-        st = self._state
-        turn = ticket.turn
-        control = turn.control
-        assert control is not None
-        unlink = link(signal, control.abort)
-        result: ExecutionResult | None
-        try:
-            if not st.wait_for_slot(ticket, control.signal):
-                result = _aborted(control)
-            else:
-                hold = st.hold(self._p.lease_ttl_s)
-                try:
-                    if hold is not None and not hold.acquire(
-                        wait=self.turn_policy != "reject", signal=control.signal
-                    ):
-                        result = _aborted(control)
-                    else:
-                        st.sync()
-                        try:
-                            resumed = self._finish_pending(control, hold, last=msgs is None)
-                        except LoushoError as exc:
-                            _about_pending(exc, own_input=msgs is not None)
-                            raise
-                        if msgs is None:
-                            result = resumed
-                        else:
-                            try:
-                                self._p.maybe_compact(msgs, control.signal, hold, self.limits)
-                                result = yield from self._new_turn(control, msgs, approve,
-                                                                   hold, emit)
-                            except LoushoError as exc:
-                                exc.turn, exc.resumed = "own", resumed
-                                raise
-                            if resumed is not None:
-                                result = attrs.evolve(result, resumed=resumed)
-                finally:
-                    if hold is not None:
-                        hold.release()
-            turn.result = result
-            return result
-        except BaseException as exc:
-            if isinstance(exc, LoushoError):
-                if exc.pending is None:
-                    exc.pending = isinstance(exc, SessionAwaitingApprovalError)
-                if exc.turn is None:
-                    exc.turn = "own" if msgs is not None else "resumed"
-            turn.error = exc
-            raise
-        finally:
-            unlink()
-            control.close()
-            st.release_slot(turn)
-
-    def _play(
-        self,
-        control: TurnControl,
-        state: TurnState,
-        approve: ApproveCallback | None,
-        hold: LeaseHold | None,
-        *,
-        emit: bool,
-        resumed: bool,
-        last: bool,
-    ) -> Generator[RunEvent, None, ExecutionResult]:
-        st = self._state
-        assert state.key is not None
-        writer = self._p.writer(hold)
-        committer = self._p.committer if writer.checkpoints is self._p.checkpoints else None
-
-        def commit(_: TurnState, result: ExecutionResult) -> None:
-            commit_turn(st, result.messages, writer=writer, key=state.key,
-                        committer=committer, hold=hold, release=last)
-
-        result: ExecutionResult = yield from play(
-            self._p.base.config, self._p.env(writer, approve, self.limits), control, state,
-            st.messages,
-            emit=emit, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT,
-        )
-        paused = result.finish_reason == "awaiting-approval"
-        if paused:
-            with st.lock:
-                st.awaiting = result.approval_id
-        if self._p.base.pin is not None:
-            self._p.base.pin(self._id, self._p.sessions, paused)
-        return result
-
-    def _new_turn(
-        self,
-        control: TurnControl,
-        msgs: tuple[Message, ...],
-        approve: ApproveCallback | None,
-        hold: LeaseHold | None,
-        emit: bool,
-    ) -> Generator[RunEvent, None, ExecutionResult]:
-        n = len(self._state.messages)
-        state = TurnState(run_id=control.run_id, key=session_key(self._id, n),
-                          session_id=self._id, turn_index=n, input=msgs)
-        result: ExecutionResult = yield from self._play(control, state, approve, hold,
-                                                        emit=emit, resumed=False, last=True)
-        return result
-
-    def _finish_pending(
-        self, control: TurnControl, hold: LeaseHold | None, *, last: bool
-    ) -> ExecutionResult | None:
-        cp = self._p.pending_checkpoint()
-        if cp is None:
-            return None
-        if cp.status == "awaiting-approval":
-            pending = self._p.still_pending(cp)
-            if pending:
-                with self._state.lock:
-                    self._state.awaiting = pending[0]
-                raise awaiting_error(self._id, pending[0])
-        inner, state = resumed_turn(cp)
-        unlink = link(control.signal, inner.abort)
-        try:
-            result: ExecutionResult = drive(
-                self._play(inner, state, None, hold, emit=False, resumed=True, last=last)
-            )
-            return result
-        finally:
-            unlink()
 
     # --- transcript -----------------------------------------------------------------------------
     def load(self) -> tuple[Message, ...]:
@@ -373,11 +240,9 @@ class Session:
         cp = self._p.pending_checkpoint()
         if cp is None:
             return None
-        if cp.status == "awaiting-approval":
-            pending = self._p.still_pending(cp)
-            if pending:
-                return PendingTurn("awaiting-approval", pending[0])
-        return PendingTurn("interrupted")
+        pending = self._p.still_pending(cp) if cp.status == "awaiting-approval" else []
+        return PendingTurn("awaiting-approval", pending[0]) if pending else PendingTurn(
+            "interrupted")
 
     def discard_pending(self) -> None:
         """Drop the unfinished turn (and deny its open approvals) without running it."""
@@ -392,8 +257,6 @@ class Session:
             self._p.writer(hold).delete(cp.key)
             with self._state.lock:
                 self._state.awaiting = None
-            if self._p.base.pin is not None:
-                self._p.base.pin(self._id, self._p.sessions, False)
 
     def clear(self, *, keep_metadata: bool = True) -> None:
         """Empty the transcript (and the history compaction kept) and save it empty;
@@ -404,10 +267,7 @@ class Session:
         """
         with self._p.exclusive("clear()") as hold:
             cp = self._p.pending_checkpoint(drop_unreadable=True, hold=hold)
-            if cp is not None and cp.status == "awaiting-approval":
-                pending = self._p.still_pending(cp)
-                if pending:
-                    raise awaiting_error(self._id, pending[0], "clear()")
+            self._p.refuse_if_awaiting(cp, "clear()")
             self._p.save_transcript([], hold)
             if not keep_metadata and ops.metadata(self._p):
                 ops.set_metadata(self._p, {})
@@ -501,16 +361,7 @@ class Session:
         """
         check_keep_last(keep_last)
         with self._p.exclusive("compact()") as hold:
-            cp = self._p.pending_checkpoint()
-            if cp is not None:
-                pending = self._p.still_pending(cp) if cp.status == "awaiting-approval" else []
-                if pending:
-                    raise awaiting_error(self._id, pending[0], "compact()")
-                raise SessionBusyError(
-                    f"session {self._id!r} has an unfinished turn; resume() or "
-                    "discard_pending() it before compact()",
-                    session_id=self._id,
-                )
+            self._p.refuse_if_pending("compact()")
             return self._p.compact_held(keep_last, instructions, signal, hold, self.limits)
 
     def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
@@ -520,19 +371,4 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self._id!r} policy={self.turn_policy}>"
-
-
-def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
-    """Say on ``exc`` that it is about the pending turn the call was finishing first, and
-    (for ``send``/``stream``) that the call's own input was neither started nor stored."""
-    exc.turn = "resumed"
-    if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
-        exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
-
-
-def _aborted(control: TurnControl) -> ExecutionResult:
-    return ExecutionResult(
-        text="", finish_reason="aborted", messages=(), usage=Usage(), steps=0,
-        run_id=control.run_id,
-    )
 

@@ -1,36 +1,21 @@
-"""The data of one turn: the agent-wide :class:`TurnConfig`, the per-turn
-:class:`TurnEnv`, the mutable :class:`TurnState` a checkpoint records, and the small pieces
-the step loop and the tool calls share (events, checkpoint writes, results)."""
+"""The data of one turn: the agent-wide :class:`TurnConfig` and the mutable
+:class:`TurnState` a checkpoint records. The running turn that works on them is
+:class:`lousho_sync.executor.Turn`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from . import _loop, _otel
-from ._writes import TurnWriter
-from .control import TurnControl
-from .events import RunEvent
-from .limits import Counters, Limits, Price
+from .limits import Limits, Price
 from .messages import Message, Usage
 from .providers.base import Provider, ToolSpec
 from .records import ApprovalRecord, Checkpoint, now
-from .results import ExecutionResult
 from .tools import Tool
 
-__all__ = [
-    "ApproveCallback",
-    "Emit",
-    "TurnAborted",
-    "TurnConfig",
-    "TurnEnv",
-    "TurnState",
-    "cost_required",
-    "result_of",
-    "save",
-]
+__all__ = ["ApproveCallback", "TurnConfig", "TurnState", "configured_model"]
 
 ApproveCallback = Callable[[ApprovalRecord], bool]
 
@@ -71,26 +56,6 @@ def configured_model(provider: object) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-@attrs.frozen(slots=True, kw_only=True)
-class TurnEnv:
-    """What one turn adds to its agent's config: where it writes, how approvals are
-    decided, and the session budget it counts against."""
-
-    writer: TurnWriter
-    approve: ApproveCallback | None = None
-    session_limits: Limits | None = None
-    session_used: Counters = Counters()
-    durable: bool = True
-    """False: write a checkpoint only to pause on an approval (runs nobody can resume)."""
-
-
-def cost_required(cfg: TurnConfig, env: TurnEnv) -> bool:
-    """Whether a cost limit is set (then every model call must have a known cost)."""
-    return (cfg.limits is not None and cfg.limits.max_cost_usd is not None) or (
-        env.session_limits is not None and env.session_limits.max_cost_usd is not None
-    )
-
-
 @attrs.define(slots=True, kw_only=True)
 class TurnState:
     """The mutable state of one turn; what a checkpoint records."""
@@ -123,87 +88,3 @@ class TurnState:
             created_at=cp.created_at,
             extra=cp.extra,
         )
-
-    def checkpoint(self, status: str, queued: Sequence[Message]) -> Checkpoint:
-        """A checkpoint of this state."""
-        assert self.key is not None
-        return Checkpoint(
-            key=self.key,
-            session_id=self.session_id,
-            run_id=self.run_id,
-            turn_index=self.turn_index,
-            input=self.input,
-            recorded=tuple(self.recorded),
-            started_call_ids=tuple(self.started),
-            queued_inputs=tuple(queued),
-            pending_approval_ids=tuple(self.pending_approvals),
-            usage=self.usage,
-            status=status,  # type: ignore[arg-type]
-            created_at=self.created_at,
-            updated_at=now(),
-            extra=self.extra,
-        )
-
-    def counters(self) -> Counters:
-        """Steps, tool calls and usage of the turn so far (derived from ``recorded``)."""
-        steps = sum(1 for m in self.recorded if m.role == "assistant")
-        tools = sum(1 for m in self.recorded if m.role == "tool")
-        return Counters(steps, tools, self.usage)
-
-
-class TurnAborted(Exception):
-    """Raised inside the step loop when the turn's signal is aborted."""
-
-
-def save(env: TurnEnv, state: TurnState, ctl: TurnControl, status: str) -> None:
-    """Write the turn's checkpoint with ``status`` (only an approval pause when the turn
-    is not durable)."""
-    if not env.durable and status != "awaiting-approval":
-        return
-    writer = env.writer
-    if writer.checkpoints is not None and state.key is not None:
-        if ctl.otel is _otel.OFF:
-            writer.save(state.checkpoint(status, ctl.queued()))
-        else:  # tracing or DEBUG logging (issue 18)
-            with ctl.otel.checkpoint(status):
-                writer.save(state.checkpoint(status, ctl.queued()))
-
-
-class Emit:
-    """Builds the run's events, or none when nobody can read them (``emit=False``)."""
-
-    __slots__ = ("_ctl", "_emit", "_run_id")
-
-    def __init__(self, ctl: TurnControl, emit: bool) -> None:
-        self._ctl = ctl
-        self._run_id = ctl.run_id
-        self._emit = emit
-
-    def __call__(self, cls: Callable[..., RunEvent], **fields: Any) -> tuple[RunEvent, ...]:
-        if not self._emit:
-            return ()
-        return (cls(run_id=self._run_id, seq=self._ctl.next_seq(), **fields),)
-
-
-def result_of(
-    state: TurnState,
-    ctl: TurnControl,
-    finish: str,
-    *,
-    messages: tuple[Message, ...] | None = None,
-    exceeded: str | None = None,
-) -> ExecutionResult:
-    """The turn's result as it stands, ending with ``finish``."""
-    msgs = (*state.input, *state.recorded) if messages is None else messages
-    approvals = tuple(state.pending_approvals) if finish == "awaiting-approval" else ()
-    return ExecutionResult(
-        text=_loop.final_text(msgs),
-        finish_reason=finish,
-        messages=msgs,
-        usage=state.usage,
-        steps=sum(1 for m in state.recorded if m.role == "assistant"),
-        run_id=ctl.run_id,
-        approval_id=approvals[0] if approvals else None,
-        approval_ids=approvals,
-        exceeded=exceeded,
-    )

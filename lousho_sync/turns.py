@@ -1,8 +1,11 @@
 """The life of a turn: the only place a turn is started, resumed and ended.
 
-Every kind of turn goes through :func:`play` — session turns, one-shot
-``agent.send(..., session_id=...)`` runs, :meth:`AgentExecutor.execute`, and approval
-continuations — so one rule decides what becomes of a turn's checkpoint:
+:class:`SessionTurn` is a session turn's whole life — slot → lease → sync the cached
+transcript → finish a pending turn → automatic compaction → play → commit → release — for
+``send``/``stream``, ``resume()`` and approval continuations alike. :func:`one_shot` and
+:func:`resume_one_shot` are a one-shot run's (``agent.send(..., session_id=...)``), and
+:class:`AgentExecutor` the low-level entry point. Every kind of turn goes through
+:func:`play`, so one rule decides what becomes of a turn's checkpoint:
 
 ============================================  ==========================================
 the turn ...                                  its checkpoint
@@ -19,65 +22,62 @@ a tool result (a durable session)
 failed before any progress, or not durable    deleted: a plain retry is correct
 ============================================  ==========================================
 
-Checkpoint keys are built and parsed here only: ``"<session id>.turn-<n>"`` for session
-turns (``n`` = transcript length when the turn started), ``"<session id>"`` for a durable
-one-shot run, ``"run-<run id>"`` for a one-shot run nobody can resume (kept only while it
-waits on an approval).
+Checkpoint keys are built and parsed by :mod:`lousho_sync.records` only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-from ._writes import TurnWriter
+from ._lease_hold import LeaseHold
+from ._session_parts import SessionParts
+from ._session_state import Ticket
 from .control import TurnControl
-from .errors import LeaseLostError, LoushoError
+from .errors import (
+    LeaseLostError,
+    LoushoError,
+    SessionAwaitingApprovalError,
+    StoreConflictError,
+    StoreCorruptError,
+)
 from .events import RunEvent
-from .executor import steps
+from .executor import Turn, TurnAborted, TurnEnv, TurnWriter
 from .inputs import to_messages
 from .limits import Limits
-from .messages import Message
+from .messages import Message, Usage
 from .providers.base import Provider
-from .records import Checkpoint
+from .records import Checkpoint, one_shot_key, session_key
 from .results import ExecutionResult
 from .signal import Signal, link
 from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool
-from .turn_state import (
-    ApproveCallback,
-    TurnAborted,
-    TurnConfig,
-    TurnEnv,
-    TurnState,
-    result_of,
-)
+from .turn_state import ApproveCallback, TurnConfig, TurnState
 
 __all__ = [
     "AgentExecutor",
     "Commit",
-    "TurnKey",
+    "SessionTurn",
+    "aborted_result",
     "drive",
-    "has_progress",
-    "one_shot_key",
-    "parse_key",
+    "one_shot",
     "play",
     "play_linked",
+    "resume_one_shot",
     "resumed_turn",
-    "session_key",
-    "session_of",
-    "session_prefix",
     "tell_pending",
 ]
 
 _log = logging.getLogger(__name__)
 
-_TURN = ".turn-"
-_SCRATCH = "run-"
+Commit = Callable[[ExecutionResult], None]
+"""Stores a finished turn's messages and drops its checkpoint (see :func:`play`)."""
 
+_CONFLICT_RETRIES = 100
 _RECORD_FAILED = (
     "the turn is in doubt: its progress (a tool may have run) could not be recorded, so "
     "its last record was left as it was for resume(), which reports a tool that may have "
@@ -87,78 +87,36 @@ _DELETE_FAILED = (
     "the turn is in doubt: its record could not be deleted, so it may still pend; "
     "pending() tells once the store answers"
 )
-
-Commit = Callable[[TurnState, ExecutionResult], None]
-"""Stores a finished turn's messages and drops its checkpoint (see :func:`play`)."""
-
-
-# --- keys ------------------------------------------------------------------------------------
-def session_key(session_id: str, turn_index: int) -> str:
-    """The checkpoint key of the session turn that starts at ``turn_index``."""
-    return f"{session_id}{_TURN}{turn_index}"
-
-
-def session_prefix(session_id: str) -> str:
-    """The prefix of every session-turn checkpoint key of ``session_id``."""
-    return f"{session_id}{_TURN}"
-
-
-def one_shot_key(session_id: str | None, run_id: str) -> str:
-    """The key of a one-shot run: its session id (durable), else ``run-<run id>``."""
-    return session_id if session_id is not None else f"{_SCRATCH}{run_id}"
-
-
-def session_of(key: str) -> str | None:
-    """The session id of a session-turn checkpoint key (None for any other key)."""
-    sid, sep, n = key.rpartition(_TURN)
-    return sid if sep and sid and n.isdigit() else None
-
-
-@attrs.frozen(slots=True)
-class TurnKey:
-    """What a checkpoint key names: a session turn, a durable one-shot run, or a scratch
-    one-shot run."""
-
-    kind: Literal["session", "one-shot", "scratch"]
-    session_id: str | None = None
-    turn_index: int | None = None
-
-
-def parse_key(key: str, session_id: str | None) -> TurnKey:
-    """What ``key`` (recorded with ``session_id``, e.g. on an approval record) names."""
-    if session_id is not None and key.startswith(session_prefix(session_id)):
-        rest = key[len(session_prefix(session_id)):]
-        if rest.isdigit():
-            return TurnKey("session", session_id, int(rest))
-    if key.startswith(_SCRATCH):
-        return TurnKey("scratch", session_id)
-    return TurnKey("one-shot", session_id)
+_NOT_SENT = (
+    "this error is about the session's pending turn, which this call was finishing first; "
+    "this call's own input was not started and not stored: send it again"
+)
+_RESUME_HINT = (
+    "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
+    "with session.discard_pending()"
+)
 
 
 # --- playing a turn ----------------------------------------------------------------------------
 def play(
-    cfg: TurnConfig,
-    env: TurnEnv,
-    ctl: TurnControl,
-    state: TurnState,
-    history: Sequence[Message],
+    turn: Turn,
     *,
-    emit: bool,
     resumed: bool = False,
     commit: Commit | None = None,
     resume_hint: str | None = None,
 ) -> Generator[RunEvent, None, ExecutionResult]:
-    """Run (or continue) one turn to its end and settle its checkpoint by the one rule of
+    """Run (or continue) ``turn`` to its end and settle its checkpoint by the one rule of
     the module docstring. ``commit`` stores a finished turn (sessions); without it the
     checkpoint is just deleted (one-shot runs). A LoushoError raised out of the turn says
     in ``pending`` whether the turn was kept, and when it was, ``resume_hint`` (how to
     finish or drop it) joins its message."""
+    env, ctl, state = turn.env, turn.ctl, turn.state
     try:
-        result = yield from steps(cfg, env, ctl, state, history, emit=emit, resumed=resumed)
+        result = yield from turn.steps(resumed=resumed)
         finish = result.finish_reason
         if finish in ("stop", "length") or (finish == "limit" and state.recorded):
             if commit is not None:
-                commit(state, result)
+                commit(result)
             elif env.durable or resumed:  # a run that is not durable wrote none unless paused
                 env.writer.delete(state.key)
         elif finish == "limit" and (env.durable or resumed):
@@ -175,15 +133,15 @@ def play(
                      "delete the checkpoint of aborted turn", state)
             if isinstance(exc, GeneratorExit):
                 raise
-            return result_of(state, ctl, "aborted", messages=())
+            return turn.result("aborted", messages=())
         ctl.keep_queued_tokens()
         doubt: str | None = None
-        if resumed or (env.durable and has_progress(state)):
+        if resumed or (env.durable and turn.has_progress()):
             # a pending turn stays pending until finished or discarded; one with progress
             # is kept. When its record cannot be updated, the last one stays as it was.
             kept = True
             if not _quietly(
-                lambda: env.writer.save(state.checkpoint("interrupted", ctl.queued())),
+                lambda: env.writer.save(turn.checkpoint("interrupted")),
                 "mark interrupted the turn", state,
             ) and not resumed:
                 doubt = _RECORD_FAILED
@@ -197,12 +155,6 @@ def play(
         if isinstance(exc, LoushoError):
             tell_pending(exc, kept, resume_hint, doubt)
         raise
-
-
-def has_progress(state: TurnState) -> bool:
-    """Whether the turn recorded a model response or a tool result (applied queued input
-    alone is not progress)."""
-    return any(m.role != "user" for m in state.recorded)
 
 
 def tell_pending(
@@ -256,6 +208,290 @@ def play_linked(
         unlink()
 
 
+def aborted_result(control: TurnControl) -> ExecutionResult:
+    """The result of a turn aborted before it started."""
+    return ExecutionResult(
+        text="", finish_reason="aborted", messages=(), usage=Usage(), steps=0,
+        run_id=control.run_id,
+    )
+
+
+# --- a session turn ----------------------------------------------------------------------------
+class SessionTurn:
+    """One call's session turn from its place in the queue to its release (see the module
+    docstring): ``input`` None finishes the pending turn only (``resume()`` and approval
+    continuations). The one thing ``send``, ``stream`` and ``resume`` run; driven by one
+    thread at a time through :meth:`run`."""
+
+    __slots__ = ("_approve", "_input", "_limits", "_p", "_signal", "_ticket", "_wait")
+
+    def __init__(
+        self,
+        parts: SessionParts,
+        ticket: Ticket,
+        input: tuple[Message, ...] | None,
+        *,
+        signal: Signal | None = None,
+        approve: ApproveCallback | None = None,
+        limits: Limits | None = None,
+        wait_for_lease: bool = True,
+    ) -> None:
+        self._p = parts
+        self._ticket = ticket
+        self._input = input
+        self._signal = signal
+        self._approve = approve
+        self._limits = limits
+        self._wait = wait_for_lease
+
+    def run(self, emit: bool) -> Generator[RunEvent, None, Any]:
+        """Wait for the slot, take the lease, finish a pending turn, then run the input (the
+        lease is held from the first write to the last commit); returns the result (None:
+        ``resume()`` found nothing pending)."""
+        st = self._p.state
+        turn = self._ticket.turn
+        control = turn.control
+        assert control is not None
+        unlink = link(self._signal, control.abort)
+        msgs = self._input
+        result: ExecutionResult | None
+        try:
+            if not st.wait_for_slot(self._ticket, control.signal):
+                result = aborted_result(control)
+            else:
+                hold = st.hold(self._p.lease_ttl_s)
+                try:
+                    if hold is not None and not hold.acquire(wait=self._wait,
+                                                             signal=control.signal):
+                        result = aborted_result(control)
+                    else:
+                        st.sync()
+                        try:
+                            resumed = self._finish_pending(control, hold, last=msgs is None)
+                        except LoushoError as exc:
+                            _about_pending(exc, own_input=msgs is not None)
+                            raise
+                        if msgs is None:
+                            result = resumed
+                        else:
+                            try:
+                                if self._p.base.compaction is not None:
+                                    self._p.maybe_compact(msgs, control.signal, hold,
+                                                          self._limits)
+                                result = yield from self._new_turn(control, msgs, hold, emit)
+                            except LoushoError as exc:
+                                exc.turn, exc.resumed = "own", resumed
+                                raise
+                            if resumed is not None:
+                                result = attrs.evolve(result, resumed=resumed)
+                finally:
+                    if hold is not None:
+                        hold.release()
+            turn.result = result
+            return result
+        except BaseException as exc:
+            if isinstance(exc, LoushoError):
+                if exc.pending is None:
+                    exc.pending = isinstance(exc, SessionAwaitingApprovalError)
+                if exc.turn is None:
+                    exc.turn = "own" if msgs is not None else "resumed"
+            turn.error = exc
+            raise
+        finally:
+            unlink()
+            control.close()
+            st.release_slot(turn)
+
+    def _new_turn(
+        self, control: TurnControl, msgs: tuple[Message, ...], hold: LeaseHold | None,
+        emit: bool,
+    ) -> Generator[RunEvent, None, ExecutionResult]:
+        n = len(self._p.state.messages)
+        sid = self._p.id
+        state = TurnState(run_id=control.run_id, key=session_key(sid, n), session_id=sid,
+                          turn_index=n, input=msgs)
+        result: ExecutionResult = yield from self._play(
+            control, state, self._approve, hold, emit=emit, resumed=False, last=True)
+        return result
+
+    def _pending(self) -> Checkpoint | None:
+        """The checkpoint of the turn that would start now, if one pends."""
+        p = self._p
+        key = session_key(p.id, len(p.state.messages))
+        try:
+            return p.turn_store.load(key)
+        except StoreCorruptError as exc:
+            raise p.unreadable(exc, key) from exc
+
+    def _finish_pending(
+        self, control: TurnControl, hold: LeaseHold | None, *, last: bool
+    ) -> ExecutionResult | None:
+        cp = self._pending()
+        if cp is None:
+            return None
+        self._p.refuse_if_awaiting(cp)
+        inner, state = resumed_turn(cp)
+        unlink = link(control.signal, inner.abort)
+        try:
+            result: ExecutionResult = drive(
+                self._play(inner, state, None, hold, emit=False, resumed=True, last=last)
+            )
+            return result
+        finally:
+            unlink()
+
+    def _play(
+        self,
+        control: TurnControl,
+        state: TurnState,
+        approve: ApproveCallback | None,
+        hold: LeaseHold | None,
+        *,
+        emit: bool,
+        resumed: bool,
+        last: bool,
+    ) -> Generator[RunEvent, None, ExecutionResult]:
+        p = self._p
+        st = p.state
+        writer = TurnWriter(p.turn_store, p.approvals, hold, fences=p.fences)
+        env = TurnEnv(writer=writer, approve=approve, session_limits=self._limits,
+                      session_used=st.used, durable=p.checkpoints is not None)
+        committer = p.committer if p.checkpoints is not None else None
+
+        def commit(result: ExecutionResult) -> None:
+            _commit(p, result.messages, writer=writer, key=state.key, committer=committer,
+                    hold=hold, release=last)
+
+        turn = Turn(p.base.config, env, control, state, st.messages, emit=emit)
+        result: ExecutionResult = yield from play(
+            turn, resumed=resumed, commit=commit, resume_hint=_RESUME_HINT)
+        paused = result.finish_reason == "awaiting-approval"
+        if paused:
+            with st.lock:
+                st.awaiting = result.approval_id
+        return result
+
+
+def _about_pending(exc: LoushoError, *, own_input: bool) -> None:
+    """Say on ``exc`` that it is about the pending turn the call was finishing first, and
+    (for ``send``/``stream``) that the call's own input was neither started nor stored."""
+    exc.turn = "resumed"
+    if own_input and exc.args and isinstance(exc.args[0], str) and _NOT_SENT not in exc.args[0]:
+        exc.args = (f"{exc.args[0]} [{_NOT_SENT}]", *exc.args[1:])
+
+
+def _commit(
+    p: SessionParts,
+    new: tuple[Message, ...],
+    *,
+    writer: TurnWriter,
+    key: str | None,
+    committer: Any,
+    hold: LeaseHold | None,
+    release: bool,
+) -> None:
+    """Store the turn ``new`` after the cached transcript and drop its checkpoint: the
+    store's ``commit_turn`` (both in one transaction, giving the lease up with ``release``),
+    else ``append`` then a checkpoint delete, else ``save`` of the whole transcript — with
+    the conflict retry of SPEC §5."""
+    st = p.state
+    store = st.store
+    history = st.messages
+    fence = hold.fence() if hold is not None else None
+    if st.repaired:  # the transcript with its repair, then the turn: one whole write
+        kw = {"fence": fence} if fence is not None and p.fences[2] else {}
+        store.save(st.id, [*history, *new], **kw)
+        _log.info("session %s: stored the repair of its orphaned tool calls with the turn",
+                  st.id)
+        writer.delete(key)
+        st.extend(history, new, st.current_revision())
+        st.repaired = False
+        return
+    if committer is not None:
+        with contextlib.suppress(StoreConflictError):  # then the slow path below
+            revision = committer.commit_turn(
+                st.id, new, expected_length=len(history), checkpoint_key=key,
+                fence=fence, release=release and hold is not None,
+            )
+            if release and hold is not None:
+                hold.released_by_commit()
+            st.extend(history, new, revision)
+            return
+    kw = {"fence": fence} if fence is not None and p.fences[2] else {}
+    appendable = st.appendable
+    if appendable is not None:
+        try:
+            appendable.append(st.id, new, expected_length=len(history), **kw)
+        except StoreConflictError as exc:
+            _log.warning(
+                "session %s: another writer stored %s messages where %s were expected; "
+                "appending this turn after them",
+                st.id, exc.actual_length, len(history),
+            )
+            history = _append_after_conflict(p, new, kw)
+    else:
+        store.save(st.id, [*history, *new], **kw)
+    writer.delete(key)
+    st.extend(history, new, st.current_revision())
+
+
+def _append_after_conflict(
+    p: SessionParts, new: tuple[Message, ...], kw: dict[str, Any]
+) -> list[Message]:
+    st = p.state
+    appendable = st.appendable
+    assert appendable is not None
+    for _ in range(_CONFLICT_RETRIES):
+        fresh = list(st.store.load(st.id) or [])
+        try:
+            appendable.append(st.id, new, expected_length=len(fresh), **kw)
+        except StoreConflictError:
+            continue
+        return fresh
+    raise StoreConflictError(
+        f"session {st.id!r}: could not append the turn after {_CONFLICT_RETRIES} conflicts",
+        session_id=st.id,
+    )
+
+
+# --- one-shot runs -----------------------------------------------------------------------------
+def one_shot(
+    cfg: TurnConfig,
+    msgs: tuple[Message, ...],
+    *,
+    env: TurnEnv,
+    control: TurnControl,
+    session_id: str | None,
+    signal: Signal | None,
+) -> Callable[[bool], Generator[RunEvent, None, ExecutionResult]]:
+    """The driver factory of a one-shot run of ``msgs`` from an empty history (an
+    ``AgentRun`` starts it saying whether events are read)."""
+    state = TurnState(run_id=control.run_id, key=one_shot_key(session_id, control.run_id),
+                      session_id=session_id, input=msgs)
+    hint = f"the run was kept: finish it with agent.resume({session_id!r})"
+
+    def driver(emit: bool) -> Generator[RunEvent, None, ExecutionResult]:
+        gen = play(Turn(cfg, env, control, state, emit=emit), resume_hint=hint)
+        return gen if signal is None else play_linked(signal, control, gen)
+
+    return driver
+
+
+def resume_one_shot(
+    cfg: TurnConfig, writer: TurnWriter, key: str, signal: Signal | None = None
+) -> ExecutionResult | None:
+    """Continue the one-shot run checkpointed under ``key`` (after a crash, or once its
+    approvals are decided); None when there is none."""
+    assert writer.checkpoints is not None
+    cp = writer.checkpoints.load(key)
+    if cp is None:
+        return None
+    control, state = resumed_turn(cp)
+    turn = Turn(cfg, TurnEnv(writer=writer), control, state, emit=False)
+    result: ExecutionResult = drive(play_linked(signal, control, play(turn, resumed=True)))
+    return result
+
+
 # --- the low-level entry point -------------------------------------------------------------
 class AgentExecutor:
     """Runs one turn without a session (what sessions are built on)."""
@@ -297,8 +533,8 @@ class AgentExecutor:
             state = TurnState(run_id=ctl.run_id, key=session_id, session_id=session_id,
                               input=to_messages(input))
             resumed = False
-        env = TurnEnv(writer=TurnWriter(checkpoints, approval_store),
-                      approve=approve)
-        gen = play(cfg, env, ctl, state, history, emit=False, resumed=resumed)
-        result: ExecutionResult = drive(play_linked(signal, ctl, gen))
+        env = TurnEnv(writer=TurnWriter(checkpoints, approval_store), approve=approve)
+        turn = Turn(cfg, env, ctl, state, history, emit=False)
+        result: ExecutionResult = drive(play_linked(signal, ctl, play(turn, resumed=resumed)))
         return result
+

@@ -36,15 +36,22 @@ def make_agent(store: Any = None, **kw: Any) -> Agent:
 
 
 def pause(where: str, session_id: str, text: str = "pay bob", metadata: str = "") -> str:
-    """Pause a turn of ``session_id`` in the SQLite store at ``where`` (its metadata set from
-    the JSON ``metadata`` first); its approval id."""
-    from lousho_sync.sqlite import SqliteStore
+    """Pause a turn of ``session_id`` in the store ``where`` names as ``--store`` does (a
+    SQLite file, a directory, a redis:// or postgresql:// URL; encrypted with
+    ``$LOUSHO_ENCRYPTION_KEYS``), its metadata set from the JSON ``metadata`` first; its
+    approval id."""
+    from lousho_sync.cli import open_store
 
-    with SqliteStore(where) as store:
+    store = open_store(where, create=True)
+    try:
         session = make_agent(store).session(session_id)
         if metadata:
             session.set_metadata(json.loads(metadata))
         result = session.send(text)
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
     assert result.approval_id is not None, result
     return result.approval_id
 

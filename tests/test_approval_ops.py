@@ -424,3 +424,23 @@ def test_two_processes_racing_to_pause_call_the_hook_once(kit: Kit, store: Any) 
     assert len(pending) == 1 and hooks == [pending[0].id]
     assert sorted(line.split()[0] for line in outputs if line.split()[:1] in
                   (["RESULT"], ["AWAITING"])) == ["AWAITING", "RESULT"]
+
+
+def test_the_aio_twins_page_and_resolve_by(store: Any) -> None:
+    import asyncio
+
+    import lousho_aio
+
+    async def main() -> None:
+        agent = lousho_aio.create_agent(provider=ScriptedProvider(default=brain), tools=[pay],
+                                        store=store, approval_ttl_s=30)
+        result = await agent.session("aio-1").send("pay bob")
+        page = await agent.approvals.page(session_prefix="aio-")
+        assert [r.id for r in page] == [result.approval_id]
+        assert page.items[0].expires_at is not None
+        done = await agent.approvals.resolve(id=page.items[0].id, approved=True, by="zoe")
+        assert done is not None and done.text == "outcome: paid 5 to bob"
+        got = await agent.approvals.get(page.items[0].id)
+        assert got is not None and got.resolved_by == "zoe"
+
+    asyncio.run(main())

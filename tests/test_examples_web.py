@@ -126,6 +126,21 @@ def transcript(port: int, user: str) -> dict[str, Any]:
     return doc
 
 
+def test_a_request_without_a_message_is_answered_400_and_stores_nothing(port: int) -> None:
+    user = "careless@example.com"
+    for body in (b'{"text": "Hi"}', b'{"message": 5}', b'{"message": ""}', b"[1, 2]",
+                 b"not json"):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+        conn.request("POST", f"/chat/{quote(user, safe='')}", body,
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        doc = json.loads(response.read())
+        conn.close()
+        assert response.status == 400, (body, doc)
+        assert '"message"' in doc["error"], doc
+    assert transcript(port, user)["messages"] == []
+
+
 def test_an_answer_streams_as_server_sent_events(port: int) -> None:
     user = "first@example.com"
     response, events = post(port, user, "Hello")

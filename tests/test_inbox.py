@@ -225,3 +225,79 @@ def test_mounted_under_a_path_every_link_stays_under_it(tmp_path: Path) -> None:
         assert 'src="/ops/static/inbox.js"' in body
         assert f'action="/ops/approvals/{aid}/decide"' in body
         assert 'href="/inbox"' not in body and 'href="/ops/sessions/m1"' in body
+
+
+def test_serve_prints_a_new_token_when_none_is_given_and_refuses_a_short_one(
+    tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from _serve import TESTS, WAIT, child_env, read_line
+
+    db = tmp_path / "agent.db"
+    pause(db, "s1")
+    proc = subprocess.Popen([sys.executable, "-m", "lousho_sync", "serve", "--store", str(db),
+                             "--port", "0", "--app", "approval_app:make_agent"], cwd=TESTS,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env())
+    try:
+        url = read_line(proc).rsplit(" ", 1)[1]
+        m = re.fullmatch(r"open (http://127\.0\.0\.1:\d+/)\?token=(\S+) once; the browser "
+                         r"keeps the token in a cookie", read_line(proc))
+        assert m is not None and m.group(1) == url
+        token = m.group(2)
+        assert len(token) >= 16 and token != TOKEN
+        assert call(url, "/inbox", token=None).status == 401
+        assert call(url, "/inbox", token=token).status == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=WAIT)
+    short = subprocess.run([sys.executable, "-m", "lousho_sync", "serve", "--store", str(db),
+                            "--token", "short"], cwd=TESTS, capture_output=True, text=True,
+                           timeout=WAIT, env=child_env())
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
+
+
+def test_the_inbox_and_the_sessions_page_by_page_and_filter(tmp_path: Path) -> None:
+    import approval_app
+
+    with SqliteStore(tmp_path / "agent.db") as store:
+        agent = approval_app.make_agent(store)
+        ids = [agent.session(sid).send("pay bob").approval_id
+               for sid in ("north-1", "north-2", "south-1")]
+        for sid in ("north-1", "north-2", "south-1"):
+            agent.session(sid).set_metadata({"region": sid.split("-")[0]})
+        server = make_inbox_server(inbox_app(agent, token=TOKEN, page_size=2), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.server_port}/"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            def rows(path: str) -> tuple[list[str], str | None]:
+                body = call(url, path).body
+                found = re.findall(r'data-approval="([0-9a-f]+)"', body)
+                more = re.search(r'href="(/inbox\?[^"]+)" rel=next', body)
+                return found, html.unescape(more.group(1)) if more else None
+
+            first, older = rows("/inbox")
+            assert first == [ids[2], ids[1]] and older is not None
+            second, last = rows(older)
+            assert second == [ids[0]] and last is None
+            north, _ = rows("/inbox?session_prefix=north-")
+            assert north == [ids[1], ids[0]]
+
+            sessions = call(url, "/sessions?prefix=north-").body
+            assert re.findall(r'<a href="/sessions/([\w-]+)">', sessions) == ["north-2",
+                                                                               "north-1"]
+            assert "&quot;region&quot;: &quot;north&quot;" in sessions
+            page1 = call(url, "/sessions").body
+            more = re.search(r'href="(/sessions\?[^"]+)" rel=next', page1)
+            assert more is not None
+            page2 = call(url, html.unescape(more.group(1))).body
+            seen = re.findall(r'<a href="/sessions/([\w-]+)">', page1 + page2)
+            assert sorted(seen) == ["north-1", "north-2", "south-1"]
+            assert call(url, "/inbox?cursor=bogus").status == 400
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=60)

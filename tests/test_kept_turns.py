@@ -491,3 +491,93 @@ def test_fork_refuses_an_id_whose_turn_pends_or_runs(tmp_path: Path) -> None:
         # a free id still forks
         fork = source.fork("free")
         assert users(fork.messages) == ["source one"]
+
+
+# --- 12. lousho_aio's reader leaving: the same outcome as the sync twin -----------------------
+def _twin_script() -> ScriptedProvider:
+    return ScriptedProvider([Step(tool_calls=[("look", {"x": "1"})]),
+                             Step(chunks=["Do", "ne", "."])])
+
+
+def _leave_at(event: Any, seen: list[str], where: str) -> bool:
+    seen.append(event.type)
+    if where == "usage":  # the model asked for a tool; the reader has not seen tool.call
+        return event.type == "usage"
+    if where == "tool.call":
+        return event.type == "tool.call"
+    if where == "first text":
+        return event.type == "text.delta"
+    return event.type == "text.delta" and event.text == "."  # the whole answer seen
+
+
+@pytest.mark.parametrize("where", ["usage", "tool.call", "first text", "last text"])
+def test_an_aio_reader_leaving_gets_what_a_sync_reader_gets(where: str) -> None:
+    # repro_aio_runs_tool_reader_left.py
+    import asyncio
+
+    import lousho_aio
+
+    ran: list[str] = []
+
+    @tool(name="look")
+    def counted(x: str) -> str:
+        """Look."""
+        ran.append(x)
+        return "seen " + x
+
+    session = create_agent(provider=_twin_script(), tools=[counted]).session()
+    run = session.stream("go")
+    for event in run:
+        if _leave_at(event, [], where):
+            break
+    sync = (run.result().finish_reason, len(ran), len(session.messages))
+    ran.clear()
+
+    async def aio() -> tuple[str, int, int]:
+        session = lousho_aio.create_agent(provider=_twin_script(), tools=[counted]).session()
+        run = session.stream("go")
+        async for event in run:
+            if _leave_at(event, [], where):
+                break
+        return (await run.result()).finish_reason, len(ran), len(await session.load())
+
+    assert asyncio.run(aio()) == sync
+    expected = {"usage": ("aborted", 0, 0), "tool.call": ("aborted", 0, 0),
+                "first text": ("aborted", 1, 0), "last text": ("stop", 1, 4)}
+    assert sync == expected[where]
+
+
+# --- 13. with no store, a session lives as long as its agent ----------------------------------
+def test_without_a_store_a_session_lives_as_long_as_its_agent() -> None:
+    # repro_default_store_forgets_session.py (and an approval resolved after its session
+    # object was dropped: repro_resolve_after_session_dropped.py)
+    import gc
+
+    paid: list[int] = []
+
+    @tool(needs_approval=True)
+    def transfer(amount: int) -> str:
+        """Send money."""
+        paid.append(amount)
+        return f"sent {amount}"
+
+    prov = ScriptedProvider(["hi", Step(tool_calls=[("transfer", {"amount": 5})]), "Sent.",
+                             "still here"])
+    agent = create_agent(provider=prov, tools=[transfer])
+    first = agent.session(id="same")
+    first.send("hello")
+    del first
+    gc.collect()
+    again = agent.session(id="same")
+    assert [m.text for m in again.messages] == ["hello", "hi"]
+    paused = again.send("pay 5")
+    assert paused.approval_id is not None
+    del again
+    gc.collect()
+    done = agent.approvals.resolve(id=paused.approval_id, approved=True)
+    assert done is not None and done.text == "Sent." and paid == [5]
+    gc.collect()
+    later = agent.session(id="same")
+    assert users(later.messages) == ["hello", "pay 5"]
+    assert later.send("and now?").text == "still here"
+    assert agent.session(id="other").messages == ()  # sessions stay apart

@@ -1,6 +1,9 @@
 """The package's structure, read from its imports (ast): no import cycle, every import goes
 down the documented layers (docs/architecture.md), and no module uses another module's
-``_private`` names. A new module must be given its layer here."""
+``_private`` names. A new module must be given its layer here. Below the floors, rules that
+no edit of them can switch off: the stores never import the turn core, the providers never
+import a store, lousho_aio reaches the core only through the public API and its bridge, and
+the CLI and the demo only through the public API."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The floors, lowest first: a module may import only from floors strictly below its own
 # (modules on one floor are independent of each other).
 LAYERS: list[set[str]] = [
-    {"lousho_sync.errors", "lousho_sync._heartbeat", "lousho_sync.callers",
+    {"lousho_sync.errors", "lousho_sync.callers",
      "lousho_sync._schema", "lousho_sync._docstring"},
     {"lousho_sync.ids", "lousho_sync.signal", "lousho_sync.messages", "lousho_sync._hints"},
     {"lousho_sync.records", "lousho_sync.catalog", "lousho_sync.inputs", "lousho_sync.results",
@@ -25,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"lousho_sync._otel", "lousho_sync.compaction", "lousho_sync.providers._http",
      "lousho_sync.providers.scripted", "lousho_sync.stores._redis_scripts",
      "lousho_sync._lease_hold", "lousho_sync.stores._common", "lousho_sync.stores._sqlite_rows",
+     "lousho_sync.event_json",
      "lousho_sync.stores.bundle", "lousho_sync.approvals", "lousho_sync.stores._engine",
      "lousho_sync.stores._engine.backend"},
     {"lousho_sync._turnlog", "lousho_sync.control", "lousho_sync.stores._redis_conn",
@@ -37,19 +41,16 @@ LAYERS: list[set[str]] = [
      "lousho_sync.stores._redis_ops", "lousho_sync.stores.storage"},
     {"lousho_sync.providers.openai", "lousho_sync.providers.anthropic",
      "lousho_sync.stores.memory", "lousho_sync.stores.files", "lousho_sync.stores.sqlite",
-     "lousho_sync.stores.redis", "lousho_sync.stores.postgres", "lousho_sync.stores.encrypted",
-     "lousho_sync._writes"},
+     "lousho_sync.stores.redis", "lousho_sync.stores.postgres", "lousho_sync.stores.encrypted"},
     {"lousho_sync.providers.registry", "lousho_sync.providers", "lousho_sync.stores",
      "lousho_sync.sqlite", "lousho_sync.redis", "lousho_sync.postgres", "lousho_sync.turn_state"},
-    {"lousho_sync.tool_calls"},
-    {"lousho_sync.executor"},
-    {"lousho_sync.turns", "lousho_sync._session_state"},
-    {"lousho_sync._persistence", "lousho_sync.run", "lousho_sync._session_parts"},
-    {"lousho_sync._session_ops"},
+    {"lousho_sync.executor", "lousho_sync._session_state", "lousho_sync.run"},
+    {"lousho_sync._session_parts"},
+    {"lousho_sync.turns", "lousho_sync._session_ops"},
     {"lousho_sync.session"},
     {"lousho_sync.agent"},
     {"lousho_sync"},
-    {"lousho_sync.demo", "lousho_sync._cli_store", "lousho_sync._cli_chat",
+    {"lousho_sync.demo", "lousho_sync.sse", "lousho_sync._cli_store", "lousho_sync._cli_chat",
      "lousho_sync._cli_approvals"},
     {"lousho_sync.inbox"},
     {"lousho_sync.cli"},
@@ -58,7 +59,7 @@ LAYERS: list[set[str]] = [
     {"lousho_aio.run"},
     {"lousho_aio.session"},
     {"lousho_aio.agent"},
-    {"lousho_aio"},
+    {"lousho_aio", "lousho_aio.sse"},
 ]
 FLOOR = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -165,3 +166,90 @@ def test_no_module_uses_another_modules_private_names() -> None:
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses "
                            f"{node.value.id}.{node.attr}")
     assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+# --- rules no edit of LAYERS can switch off ----------------------------------------------------
+# The floors above say today's order; these say what must never happen, whatever the order.
+_CORE_ROOTS = ("lousho_sync.control", "lousho_sync.turn_state")
+"""What runs a turn: its live control and its data. The turn core is these and every module
+that imports one of them, directly or not (read from the imports, not from ``LAYERS``)."""
+_PUBLIC_CORE = frozenset({
+    "lousho_sync", "lousho_sync.session", "lousho_sync.agent", "lousho_sync.run"})
+"""The turn core's public modules: the package root, ``Session``, ``Agent``, ``AgentRun``."""
+_BRIDGE_MAY_IMPORT = frozenset({"lousho_sync._tool_run", "lousho_sync.callers"})
+"""The private modules lousho_aio's ``_bridge`` reaches: the tool loop and who is calling."""
+_CLI = frozenset({"lousho_sync.cli", "lousho_sync.demo", "lousho_sync.__main__",
+                  "lousho_sync._cli_store", "lousho_sync._cli_chat",
+                  "lousho_sync._cli_approvals", "lousho_sync.inbox"})
+
+
+def _public(module: str) -> bool:
+    """A module of the public API: no ``_private`` part in its name."""
+    return not any(part.startswith("_") for part in module.split("."))
+
+
+def _turn_core() -> set[str]:
+    graph: dict[str, set[str]] = {}
+    for m, t, _ in _edges():
+        graph.setdefault(m, set()).add(t)
+    core = set(_CORE_ROOTS)
+    grew = True
+    while grew:
+        grew = False
+        for m, targets in graph.items():
+            if m not in core and targets & core:
+                core.add(m)
+                grew = True
+    return core
+
+
+def test_the_turn_core_is_found() -> None:
+    core = _turn_core()
+    assert {"lousho_sync.executor", "lousho_sync.turns", "lousho_sync.session",
+            "lousho_sync._session_state", "lousho_sync.agent"} <= core
+
+
+def _edges() -> list[tuple[str, str, str]]:
+    """(importer, imported, where) for every import between the packages' modules."""
+    modules = _modules()
+    out = []
+    for module, path in modules.items():
+        for target, _, line in _imports(module, path, set(modules)):
+            if target != module:
+                out.append((module, target, f"{path.relative_to(ROOT)}:{line}"))
+    return out
+
+
+def test_stores_never_import_the_turn_core() -> None:
+    core = _turn_core()
+    bad = [f"{where} {m} imports {t}" for m, t, where in _edges()
+           if m.startswith("lousho_sync.stores") and t in core]
+    assert not bad, "a store imports the turn core:\n" + "\n".join(bad)
+
+
+def test_providers_never_import_stores_or_the_turn_core() -> None:
+    core = _turn_core()
+    bad = [f"{where} {m} imports {t}" for m, t, where in _edges()
+           if m.startswith("lousho_sync.providers")
+           and (t.startswith("lousho_sync.stores") or t in core)]
+    assert not bad, "a provider imports a store or the turn core:\n" + "\n".join(bad)
+
+
+def test_lousho_aio_reaches_the_core_only_through_the_public_api_and_its_bridge() -> None:
+    core = _turn_core()
+    bad = []
+    for m, t, where in _edges():
+        if not m.startswith("lousho_aio") or not t.startswith("lousho_sync"):
+            continue
+        if m == "lousho_aio._bridge" and t in _BRIDGE_MAY_IMPORT:
+            continue
+        if not _public(t) or t in core - _PUBLIC_CORE:
+            bad.append(f"{where} {m} imports {t}")
+    assert not bad, "lousho_aio reaches past the public API:\n" + "\n".join(bad)
+
+
+def test_the_cli_and_the_demo_use_the_public_api_only() -> None:
+    core = _turn_core()
+    bad = [f"{where} {m} imports {t}" for m, t, where in _edges()
+           if m in _CLI and t not in _CLI and (not _public(t) or t in core - _PUBLIC_CORE)]
+    assert not bad, "the CLI or the demo reaches past the public API:\n" + "\n".join(bad)

@@ -431,3 +431,88 @@ def test_the_cli_reports_a_down_server_in_one_line_without_the_password() -> Non
     assert "s3cr3t" not in out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0], out.stderr
+
+
+class _OutageProxy:
+    """A TCP proxy on 127.0.0.1 in front of the server that can go away: :meth:`down`
+    closes its port and every connection through it (the server is unreachable), :meth:`up`
+    listens on the same port again."""
+
+    def __init__(self, target: int) -> None:
+        import socket
+
+        self._socket = socket
+        self._target = target
+        self._open: list[Any] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._serve()
+
+    def _serve(self) -> None:
+        listener = self._listener
+
+        def accept() -> None:
+            while True:
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return
+                server = self._socket.create_connection(("127.0.0.1", self._target))
+                self._open += [client, server]
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        self._close(src, dst)
+
+    def _close(self, *socks: Any) -> None:
+        for s in socks:
+            try:
+                s.shutdown(self._socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def down(self) -> None:
+        self._close(self._listener)  # (shut down first: that wakes the accept() blocked on it)
+        self._close(*self._open)
+        self._open = []
+
+    def up(self) -> None:
+        self._listener = self._socket.create_server(("127.0.0.1", self.port))
+        self._serve()
+
+
+def test_an_outage_fails_calls_within_pool_timeout_and_the_first_call_after_it_succeeds(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    from urllib.parse import urlsplit
+
+    from lousho_sync.postgres import PostgresStore
+
+    with pytest.raises(ConfigError, match="pool_timeout_s must be > 0"):
+        PostgresStore(postgres_url, pool_timeout_s=0)
+    parts = urlsplit(postgres_url)
+    proxy = _OutageProxy(parts.port or 5432)
+    url = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}").geturl()
+    store = PostgresStore(url, schema=postgres_schema, connect_timeout_s=1.0, pool_timeout_s=1.0)
+    try:
+        store.sessions.save("a", [user("x")])
+        proxy.down()
+        # the outage lasts while these calls fail, each after the pool_timeout_s it was
+        # given; meanwhile the pool's reconnection backoff would grow past several seconds
+        for _ in range(6):
+            with pytest.raises(StoreUnavailableError, match="reachable"):
+                store.sessions.load("a")
+        proxy.up()
+        assert texts(store.sessions.load("a")) == ["x"]  # at once, not after the backoff
+    finally:
+        store.close()
+        proxy.down()

@@ -26,6 +26,8 @@ MODULES = [
     "lousho_sync.sqlite",
     "lousho_sync.redis",
     "lousho_sync.postgres",
+    "lousho_sync.sse",
+    "lousho_aio.sse",
     "lousho_sync.stores.base",
     "lousho_sync.stores.memory",
     "lousho_sync.stores.files",

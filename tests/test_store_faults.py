@@ -265,13 +265,14 @@ def test_random_damage_never_returns_a_shorter_transcript(tmp_path: Path) -> Non
 
 
 @contextlib.contextmanager
-def _redis_server(directory: Path, *args: str) -> Iterator[str]:
-    """A redis-server of this test's own on a free loopback port, with ``args``; its URL."""
+def _redis_server(directory: Path, *args: str, port: int | None = None) -> Iterator[str]:
+    """A redis-server of this test's own on a free loopback port (or ``port``), with
+    ``args``; its URL. Killed (SIGKILL) when the block ends."""
     pytest.importorskip("redis", reason="redis-py is not installed: pip install 'lousho[redis]'")
     binary = shutil.which("redis-server")
     if binary is None:
         _no_redis("no redis-server binary on PATH (apt-get install redis-server)")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory),
          "--daemonize", "no", *args],
@@ -337,3 +338,57 @@ def test_redis_with_config_disabled_is_tolerated_and_logged_at_info(
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any("could not tell whether the Redis server" in m for m in infos), infos
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# --- a store outage during a turn --------------------------------------------------------------
+
+
+def test_a_lease_whose_release_failed_in_an_outage_is_released_once_the_store_is_back(
+    tmp_path: Path,
+) -> None:
+    # The server dies while a tool runs; the turn fails and so does the release of the
+    # session's lease. The holder stays alive and idle: once the server is back (its
+    # append-only file kept the lease), the lease is released, so another owner gets the
+    # session within 10 s, well before the lease's 30 s would run out.
+    import threading
+
+    from conftest import WAIT, wait
+
+    from lousho_sync import LoushoError, Step, tool
+    from lousho_sync.redis import RedisStore
+    from lousho_sync.stores._lease import make_owner
+
+    aof = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    port = free_port()
+    started, gate = threading.Event(), threading.Event()
+
+    @tool
+    def slow(x: str) -> str:
+        """Waits for the gate."""
+        started.set()
+        gate.wait(WAIT)
+        return "done " + x
+
+    failed: list[BaseException] = []
+    with _redis_server(tmp_path, *aof, port=port) as url:
+        agent = create_agent(
+            provider=ScriptedProvider([Step(tool_calls=[("slow", {"x": "1"})])], default="ok"),
+            tools=[slow], store=RedisStore(url, prefix="outage:"))
+
+        def turn() -> None:
+            try:
+                agent.session(id="s").send("first")
+            except LoushoError as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=turn)
+        thread.start()
+        wait(started, "the tool started")
+    gate.set()  # the server was killed (the block's end): the tool returns into the outage
+    thread.join(WAIT)
+    assert not thread.is_alive() and failed, "the turn should fail while the server is away"
+    with _redis_server(tmp_path, *aof, port=port) as url:
+        other = RedisStore(url, prefix="outage:")
+        token = other.sessions.acquire_lease("s", owner=make_owner(), ttl_s=30.0, wait_s=10.0)
+        assert token is not None, "the lease stayed held by the idle process after the outage"
+        other.close()

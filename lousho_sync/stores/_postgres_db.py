@@ -10,6 +10,7 @@ Schema versions (``<schema>.schema_version``): 1 the first; 2 the session catalo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -44,9 +45,10 @@ Conn = psycopg.Connection[Any]
 
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0)
-"""Pauses between attempts of a call whose connection was lost (about 6.5 s in all: a
-server restart)."""
+_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
+"""Pauses between attempts of a call whose connection was lost (then 1 s each), within the
+call's ``pool_timeout_s``."""
+
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -114,6 +116,7 @@ class Db(Backend):
         min_size: int,
         max_size: int,
         connect_timeout_s: float,
+        pool_timeout_s: float = 5.0,
     ) -> None:
         if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigError(
@@ -128,6 +131,8 @@ class Db(Backend):
             raise ConfigError(f"need 1 <= min_size <= max_size, got {min_size}, {max_size}")
         if not connect_timeout_s > 0:
             raise ConfigError(f"connect_timeout_s must be > 0, got {connect_timeout_s!r}")
+        if not pool_timeout_s > 0:
+            raise ConfigError(f"pool_timeout_s must be > 0, got {pool_timeout_s!r}")
         params = _parse(conninfo)
         password = params.get("password")
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
@@ -140,6 +145,7 @@ class Db(Backend):
         self.closed_detail = f" (schema {schema!r})"
         self.min_size, self.max_size = min_size, max_size
         self.timeout = connect_timeout_s
+        self.pool_timeout = pool_timeout_s
         self._ident = sql.Identifier(schema)
         self._queries: dict[str, sql.Composed] = {}
         self.ready = False
@@ -227,7 +233,10 @@ class Db(Backend):
                     min_size=self.min_size,
                     max_size=self.max_size,
                     kwargs={"autocommit": True},
-                    timeout=self.timeout,
+                    timeout=self.pool_timeout,
+                    # give up a reconnection after as long (its backoff grows to 16 s and
+                    # more during an outage); the next call that waits starts a new one
+                    reconnect_timeout=self.pool_timeout,
                     open=False,
                     name=f"lousho-{self.schema}",
                 )
@@ -245,11 +254,13 @@ class Db(Backend):
         conninfo, password included)."""
         error: StoreError | None = None
         bad: str | None = None  # a NUL or surrogate of a str given: nothing was written
-        for delay in (*_RETRY_DELAYS, None):
+        deadline = time.monotonic() + self.pool_timeout
+        for attempt in itertools.count():
             lost = False
             try:
                 pool = self._pool(session_id)
-                with pool.connection() as conn:
+                wait = max(0.05, deadline - time.monotonic())
+                with pool.connection(timeout=wait) as conn:
                     try:
                         return fn(conn)
                     except psycopg.Error as exc:
@@ -258,8 +269,8 @@ class Db(Backend):
             except PoolTimeout:
                 lost = True
                 error = StoreUnavailableError(
-                    f"could not {what} {self.where}: no connection within {self.timeout:g} s "
-                    "(is the server running and reachable?)",
+                    f"could not {what} {self.where}: no connection within "
+                    f"{self.pool_timeout:g} s (is the server running and reachable?)",
                     address=self.address,
                     session_id=session_id,
                 )
@@ -274,7 +285,8 @@ class Db(Backend):
                 error = self.translate(exc, what, session_id)
             if error is not None and not lost:
                 break
-            if delay is None:
+            delay = _RETRY_DELAYS[attempt] if attempt < len(_RETRY_DELAYS) else 1.0
+            if time.monotonic() + delay >= deadline:
                 break
             if pool_is_set := self.pool:
                 try:

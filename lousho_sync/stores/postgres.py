@@ -477,8 +477,11 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
     ``conninfo`` is a libpq URL (``postgresql://user:password@host:port/dbname``) or
     ``key=value`` string; ``schema`` is the PostgreSQL schema holding the tables (created on
     first use: a lower-case identifier); ``min_size``/``max_size`` bound the connection
-    pool; ``connect_timeout_s`` bounds a connection attempt and the wait for a pooled
-    connection. Nothing connects before the first call. ``commit_turn`` commits a finished
+    pool; ``connect_timeout_s`` bounds one connection attempt (libpq's, whole seconds, at
+    least 1) and ``pool_timeout_s`` how long a call waits for a connection across its
+    retries (a server that is down or restarting): then StoreUnavailableError. After an
+    outage the next call connects as soon as the server is back. Nothing connects before
+    the first call. ``commit_turn`` commits a finished
     turn in one transaction; the lease methods forward to ``sessions``. Thread-safe;
     ``close()`` is idempotent and any use after it raises StoreClosedError; a context
     manager.
@@ -492,8 +495,9 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout_s: float = 5.0,
+        pool_timeout_s: float = 5.0,
     ) -> None:
-        self._db = Db(conninfo, schema, min_size, max_size, connect_timeout_s)
+        self._db = Db(conninfo, schema, min_size, max_size, connect_timeout_s, pool_timeout_s)
         self.sessions = PostgresSessionStore(self._db, self)
         self.checkpoints = PostgresCheckpointStore(self._db)
         self.approvals = PostgresApprovalStore(self._db)

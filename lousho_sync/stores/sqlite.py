@@ -52,13 +52,15 @@ to it). SQLite keeps no checksums: a changed byte inside a text that stays valid
 unseen; ``PRAGMA integrity_check`` finds structural damage.
 
 The WAL-reset bug of SQLite 3.7.0 to 3.51.2 (see :mod:`._sqlite_driver`): when the linked
-SQLite is affected, the store warns once (StoreDurabilityWarning), turns SQLite's automatic
-checkpoints off and checkpoints itself from a second connection holding the write lock, so
-no commit can restart the WAL during a checkpoint. ``LOUSHO_SQLITE_DRIVER=pysqlite3`` uses
-the ``sqlite`` extra's fixed SQLite instead (the default, ``auto`` or ``sqlite3``, is the
-standard module). One process uses one library for all its stores: two SQLite libraries on
-one file in one process break each other's locks and lose commits, so a store on
-``pysqlite3`` refuses a file the process holds open through another library (ConfigError).
+SQLite is affected, the store turns SQLite's automatic checkpoints off and checkpoints itself
+from a second connection holding the write lock, so no commit can restart the WAL during a
+checkpoint; being guarded, it says so once at INFO, and warns (StoreDurabilityWarning) only
+when the process already holds the file open through a connection lousho did not make.
+``LOUSHO_SQLITE_DRIVER=pysqlite3`` uses the ``sqlite`` extra's fixed SQLite instead (the
+default, ``auto`` or ``sqlite3``, is the standard module). One process uses one library for
+all its stores: two SQLite libraries on one file in one process break each other's locks and
+lose commits, so a store on ``pysqlite3`` refuses a file the process holds open through
+another library (ConfigError).
 
 Thread safety: one connection per store, guarded by one lock; every call holds it for its
 statements only (JSON encoding and decoding happen outside). One connection measured as
