@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
      "lousho_sync.stores._postgres_events", "lousho_sync.stores._engine.approvals",
      "lousho_sync.stores._engine.checkpoints", "lousho_sync.stores._engine.commits"},
     {"lousho_sync.stores._sqlite_ops", "lousho_sync.stores._postgres_ops",
-     "lousho_sync.stores._redis_ops"},
+     "lousho_sync.stores._redis_ops", "lousho_sync.stores.storage"},
     {"lousho_sync.providers.openai", "lousho_sync.providers.anthropic",
      "lousho_sync.stores.memory", "lousho_sync.stores.files", "lousho_sync.stores.sqlite",
      "lousho_sync.stores.redis", "lousho_sync.stores.postgres", "lousho_sync.stores.encrypted"},
