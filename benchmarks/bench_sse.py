@@ -14,6 +14,8 @@ A turn of ``--deltas`` text deltas (scripted model, no delay) is framed:
   log read, JSON, framing);
 * ``frames/s, N readers``: N threads each reading the same turn at once (sum over readers).
 
+The logged turn's frame count is printed (the retry hint counts as one frame).
+
 Each figure is the median of 3 runs.
 """
 
@@ -101,6 +103,8 @@ def main() -> None:
         started = session.start("go")
         turn_id = started.turn_id
         started.result()
+        per_read = _count(sse_stream(session, turn_id=turn_id))
+        print(f"the logged turn reads as {per_read} frames")
         one = _rate(lambda: _count(sse_stream(session, turn_id=turn_id)))
         print(f"frames/s, sse_stream (SQLite log), 1 reader: {one:>10,.0f}")
         many = _concurrent(lambda: _count(sse_stream(session, turn_id=turn_id)), args.readers)

@@ -144,10 +144,12 @@ class AsyncSession:
                                  idempotency_key=idempotency_key)
         return AsyncAgentRun(run)
 
-    def attach(self, turn_id: str | None = None, *, after: int = -1) -> AsyncAgentRun:
+    def attach(
+        self, turn_id: str | None = None, *, after: int = -1, takeover: bool = True
+    ) -> AsyncAgentRun:
         """A read-only run of a detached turn's events with ``seq > after`` (see
-        ``Session.attach``); ``async for`` it."""
-        return AsyncAgentRun(self._session.attach(turn_id, after=after))
+        ``Session.attach``, also for ``takeover``); ``async for`` it."""
+        return AsyncAgentRun(self._session.attach(turn_id, after=after, takeover=takeover))
 
     async def current_turn(self) -> TurnInfo | None:
         """The session's unfinished detached turn (see ``Session.current_turn``)."""

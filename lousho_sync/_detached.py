@@ -16,16 +16,18 @@ import threading
 import weakref
 from collections.abc import Callable, Generator, Iterator
 
+import attrs
+
 from ._eventlog import EventLog, Publisher
-from .errors import RunConsumedError, RunTimeoutError
-from .events import Event, RunDone, RunFailed
+from .errors import LoushoError, RunConsumedError, RunTimeoutError
+from .events import Event, RunDone, RunEvent, RunFailed, StepReset, TextDelta
 from .inputs import InputLike
 from .results import ExecutionResult
 from .run import AgentRun
 from .signal import Latch
 from .stores._events import TurnHead
 
-__all__ = ["AttachedRun", "StartedRun", "local_run"]
+__all__ = ["AttachedRun", "StartedRun", "local_run", "take_over"]
 
 _log = logging.getLogger(__name__)
 
@@ -238,3 +240,81 @@ class AttachedRun(_LogReader):
         """Steer the turn when this process drives it; else False."""
         local = local_run(self._turn_id)
         return local is not None and local.steer(input)
+
+
+# --- takeover ----------------------------------------------------------------------------------
+_taking: set[str] = set()
+
+
+def take_over(
+    head: TurnHead,
+    log: EventLog,
+    owner: str,
+    driver: Callable[[], Generator[RunEvent, None, ExecutionResult | None]],
+    committed: Callable[[TurnHead], ExecutionResult | None],
+) -> None:
+    """Resume the turn of ``head`` (its driver died) in a background thread of this process
+    and write its events to the log after the ones there: ``step.reset`` first, then the
+    resumed turn's. Another process that wins the session's lease first finishes it instead
+    (then this one writes nothing). A turn committed before its driver wrote ``run.done``
+    gets ``step.reset``, its last step's text and ``run.done`` from the transcript
+    (``committed``)."""
+    with _running_lock:
+        if head.turn_id in _taking:
+            return
+        _taking.add(head.turn_id)
+    threading.Thread(target=_take_over, args=(head, log, owner, driver, committed),
+                     daemon=True, name=f"lousho-takeover-{head.turn_id[:8]}").start()
+
+
+def _take_over(
+    head: TurnHead,
+    log: EventLog,
+    owner: str,
+    driver: Callable[[], Generator[RunEvent, None, ExecutionResult | None]],
+    committed: Callable[[TurnHead], ExecutionResult | None],
+) -> None:
+    turn_id = head.turn_id
+    publisher: Publisher | None = None
+    seq = head.last_seq
+
+    def publish(event: RunEvent) -> None:
+        nonlocal publisher, seq
+        if publisher is None:
+            publisher = log.begin(turn_id, head.session_id, owner, started_at=head.started_at,
+                                  last_seq=head.last_seq)
+        seq += 1
+        publisher.publish(attrs.evolve(event, run_id=turn_id, seq=seq))
+
+    try:
+        gen = driver()
+        try:
+            while True:
+                publish(next(gen))
+        except StopIteration as stop:
+            result: ExecutionResult | None = stop.value
+        if result is None and publisher is None:
+            now_head = log.head(turn_id)
+            if now_head is None or now_head.ended_at is not None or now_head.owner != head.owner:
+                return  # another process finished it, or took it over
+            result = committed(head)
+            if result is None:
+                raise LoushoError(
+                    f"turn {turn_id} was lost: its driver died before the turn was recorded "
+                    "(nothing was kept; send it again)")
+            publish(StepReset(run_id=turn_id, seq=0, step=max(1, result.steps)))
+            last = result.messages[-1].text if result.messages else ""
+            if last:
+                publish(TextDelta(run_id=turn_id, seq=0, text=last))
+        if result is not None:
+            publish(RunDone(run_id=turn_id, seq=0, finish_reason=result.finish_reason,
+                            result=result))
+    except BaseException as exc:
+        _log.warning("taking over turn %s failed", turn_id, exc_info=True)
+        publish(RunFailed(run_id=turn_id, seq=0, error=exc))
+        publish(RunDone(run_id=turn_id, seq=0, finish_reason="error", result=None))
+    finally:
+        if publisher is not None:
+            publisher.flush()
+        with _running_lock:
+            _taking.discard(turn_id)

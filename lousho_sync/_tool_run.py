@@ -5,6 +5,9 @@ A plain function runs on a small pool of daemon threads (started on demand, reus
 busy, ended after a minute idle), in a copy of the turn's :mod:`contextvars` context. When
 the turn is aborted or the call times out, the turn goes on without it; the function itself
 cannot be stopped and may still finish in the background (its result is then dropped).
+Where neither can happen — no ``timeout_s``, and nobody can ask for an abort while the call
+runs (``here``) — the function runs on the turn's own thread (in a copy of its context), which
+spares the hand-off to a worker and back.
 
 An ``async def`` tool runs on the event loop that :mod:`lousho_aio` named for this context
 (:func:`use_loop_for_tools`); there an abort or a timeout cancels it. The sync core has no
@@ -15,6 +18,7 @@ Thread-safe: ``_lock`` guards the idle-worker count; each call has its own :clas
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextvars
 import os
@@ -54,7 +58,8 @@ class _Job:
     def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
         self.fn, self.kwargs = fn, kwargs
         self.context = contextvars.copy_context()
-        self.done = threading.Event()  # set when finished, or by an abort
+        self.done = _thread.allocate_lock()  # released when finished, or by an abort
+        self.done.acquire()
         self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -70,7 +75,14 @@ class _Job:
         self.finished = True
         with _lock:
             _idle += 1
-        self.done.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Let the waiting caller go on (once: a second wake finds nothing to release)."""
+        try:
+            self.done.release()
+        except RuntimeError:  # already released (by an abort, or by the call's end)
+            pass
 
 
 _lock = threading.Lock()
@@ -114,14 +126,26 @@ if hasattr(os, "register_at_fork"):  # not on Windows
 
 
 def call_sync(
-    fn: Callable[..., Any], kwargs: dict[str, Any], *, signal: Signal, timeout_s: float | None
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    *,
+    signal: Signal,
+    timeout_s: float | None,
+    here: bool = False,
 ) -> Outcome:
-    """Call ``fn(**kwargs)`` on a worker thread; wait for it, an abort, or ``timeout_s``."""
+    """Call ``fn(**kwargs)`` on a worker thread; wait for it, an abort, or ``timeout_s``.
+    ``here``: nobody can abort the turn while the call runs, so without ``timeout_s`` it
+    runs on this thread."""
+    if here and timeout_s is None:
+        try:
+            return ("done", contextvars.copy_context().run(fn, **kwargs), None)
+        except BaseException as exc:  # handed back as a worker would hand it
+            return ("done", None, exc)
     job = _Job(fn, kwargs)
-    remove = signal.add_callback(job.done.set)
+    remove = signal.add_callback(job.wake)
     try:
         _submit(job)
-        job.done.wait(timeout_s)
+        job.done.acquire(timeout=-1 if timeout_s is None else timeout_s)
     finally:
         remove()
     if job.finished:

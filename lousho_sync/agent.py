@@ -179,7 +179,9 @@ class Agent:
     ) -> ExecutionResult:
         """A single turn from an empty history. ``session_id`` makes it durable (checkpointed
         under that id, finished by ``agent.resume(id)`` after a crash)."""
-        return self._one_shot(to_messages(input), signal, session_id, approve).result()
+        # the run is driven here and never handed out: only ``signal`` could abort it
+        return self._one_shot(to_messages(input), signal, session_id, approve,
+                              reachable=signal is not None).result()
 
     def stream(
         self, input: InputLike, *, signal: Signal | None = None, session_id: str | None = None
@@ -193,10 +195,13 @@ class Agent:
         signal: Signal | None,
         session_id: str | None,
         approve: ApproveCallback | None,
+        *,
+        reachable: bool = True,
     ) -> AgentRun:
         if session_id is not None:
             validate_session_id(session_id)
         control = TurnControl()
+        control.reachable = reachable
         durable = session_id is not None and self.checkpoint_store is not None
         if durable or approve is not None:
             store = self.checkpoint_store if durable else self._scratch

@@ -46,6 +46,10 @@ class TurnControl:
         self.may_finish = False
         """Whether the turn is streaming its answer's text or has it whole with no tool
         call (kept by the executor): then a leaving reader lets it finish."""
+        self.reachable = True
+        """False when nobody else can abort this turn (no caller's signal, no run handle
+        given out, no session slot others may roll back: ``agent.send()`` without a
+        ``signal``); a tool without ``timeout_s`` then runs on the turn's own thread."""
 
     # --- events -------------------------------------------------------------------------
     def next_seq(self) -> int:

@@ -34,6 +34,7 @@ from .events import (
     InputQueued,
     RunEvent,
     RunStart,
+    StepReset,
     StepStart,
     TextDelta,
     ToolCallStart,
@@ -372,9 +373,12 @@ class Turn:
             price_for(cfg.model, cfg.prices) is None
         ):
             raise no_price_error(cfg.model)  # never after a paid model call
-        if not resumed:
+        if resumed:  # made again from its checkpoint: readers drop the interrupted step
+            yield from self.emit(StepReset, step=self.counters().steps + 1)
+        else:
             self.save("running")  # the turn is durable before run.start
-        yield from self.emit(RunStart, session_id=self.state.session_id, input=self.state.input)
+            yield from self.emit(RunStart, session_id=self.state.session_id,
+                                 input=self.state.input)
         result = yield from self._steps()
         return result
 
@@ -592,7 +596,7 @@ class Turn:
             self.save("running")
             context = ToolContext(call=call, session_id=state.session_id, signal=ctl.signal)
             with self._hooks.tool_call(call) as span:  # tracing (issue 18)
-                text, is_error = run_tool(tool, call, context=context)
+                text, is_error = run_tool(tool, call, context=context, here=not ctl.reachable)
                 span.tool_result(is_error, text)
             if ctl.signal.aborted:
                 raise TurnAborted

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from . import _idempotency as idem
 from . import _session_ops as ops
-from ._detached import AttachedRun, StartedRun
+from ._detached import AttachedRun, StartedRun, take_over
 from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
@@ -30,16 +30,16 @@ from .errors import (
     SessionExistsError,
     TurnNotFoundError,
 )
-from .events import ContextCleared, ListenerEvent, RunEvent
+from .events import ContextCleared, ListenerEvent, RunEvent, RunStart
 from .ids import new_session_id, validate_session_id
 from .inputs import InputLike, to_messages
 from .limits import Limits
-from .messages import Message
+from .messages import Message, Usage
 from .records import session_prefix
 from .results import ExecutionResult, PendingTurn, TurnInfo
 from .run import AgentRun, DriverFactory
 from .signal import Signal
-from .stores._events import event_ops_of
+from .stores._events import TurnHead, event_ops_of
 from .stores._lease import owner_is_dead
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
@@ -189,12 +189,16 @@ class Session:
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
         return StartedRun(inner, log, publisher)
 
-    def attach(self, turn_id: str | None = None, *, after: int = -1) -> AgentRun:
+    def attach(
+        self, turn_id: str | None = None, *, after: int = -1, takeover: bool = True
+    ) -> AgentRun:
         """A read-only run of a detached turn's events with ``seq > after``, in order, live
         until the turn ends (``run.done``) or pauses (``approval.requested``), from any
         process that shares the store. ``turn_id`` None: the session's latest turn.
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
-        or never existed."""
+        or never existed. ``takeover``: when the turn's driving process dies, this process
+        resumes the turn from its checkpoint and drives it (its events go on, after a
+        ``step.reset``)."""
         if turn_id is not None and not isinstance(turn_id, str):
             raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
         if isinstance(after, bool) or not isinstance(after, int) or after < -1:
@@ -208,7 +212,44 @@ class Session:
                 f"ended more than event_ttl_s={self.event_ttl_s:g} s ago)",
                 turn_id=turn_id, session_id=self._id,
             )
-        return AttachedRun(log, head.turn_id, after)
+        return AttachedRun(log, head.turn_id, after,
+                           idle=self._take_over_if_dead if takeover else None)
+
+    def _take_over_if_dead(self, head: TurnHead) -> bool:
+        if head.status == "running" and owner_is_dead(head.owner):
+            take_over(head, self._event_log(), self._state.owner, self._resume_driver,
+                      self._committed)
+        return False  # the reader reads on: the events come through the log
+
+    def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
+        control = TurnControl()
+        control.close()
+        ticket = self._state.enqueue(control)
+        run: Generator[RunEvent, None, ExecutionResult | None] = SessionTurn(
+            self._p, ticket, None, limits=self.limits, emit_pending=True).run(True)
+        return run
+
+    def _committed(self, head: TurnHead) -> ExecutionResult | None:
+        """The result of the turn of ``head`` if the transcript ends with it (its driver
+        died after the commit, before its last events were written), else None."""
+        first = next(iter(self._event_log().follow(head.turn_id, -1, idle=lambda h: True)),
+                     None)
+        if not isinstance(first, RunStart) or not first.input:
+            return None
+        messages = self.load()
+        n = len(first.input)
+        starts = [i for i in range(len(messages) - n, -1, -1)
+                  if tuple(m.content for m in messages[i:i + n])
+                  == tuple(m.content for m in first.input)]
+        if not starts:
+            return None
+        tail = messages[starts[0]:]
+        if any(m.role == "user" for m in tail[n:]):
+            return None
+        text = tail[-1].text if tail and tail[-1].role == "assistant" else ""
+        return ExecutionResult(text=text, finish_reason="stop", messages=tuple(tail),
+                               usage=Usage(), steps=sum(1 for m in tail if m.role == "assistant"),
+                               run_id=head.turn_id)
 
     def current_turn(self) -> TurnInfo | None:
         """The session's detached turn that has not finished (running, paused on an

@@ -327,13 +327,17 @@ def tool(
     return decorate if fn is None else decorate(fn)
 
 
-def run_tool(tool: Tool | None, call: ToolCall, *, context: ToolContext) -> tuple[str, bool]:
+def run_tool(
+    tool: Tool | None, call: ToolCall, *, context: ToolContext, here: bool = False
+) -> tuple[str, bool]:
     """Run ``call`` with ``tool``; returns ``(result_text, is_error)``.
 
     The function runs on a worker thread (an ``async def`` one on lousho_aio's loop), so an
     abort of ``context.signal`` or the tool's ``timeout_s`` returns at once, with an error
-    result. An unknown tool, invalid arguments or an ordinary exception become an error
-    result; :class:`PropagatingToolError` and non-``Exception`` base exceptions propagate.
+    result; with ``here`` (nobody can abort the turn while it runs) a plain function without
+    ``timeout_s`` runs on this thread. An unknown tool, invalid arguments or an ordinary
+    exception become an error result; :class:`PropagatingToolError` and non-``Exception``
+    base exceptions propagate.
     """
     if tool is None:
         return f"unknown tool {call.name!r}", True
@@ -351,7 +355,8 @@ def run_tool(tool: Tool | None, call: ToolCall, *, context: ToolContext) -> tupl
             raise ConfigError(async_refusal(tool.name))
         status, result, error = call_async(tool.fn, kwargs, loop, signal=signal, timeout_s=limit)
     else:
-        status, result, error = call_sync(tool.fn, kwargs, signal=signal, timeout_s=limit)
+        status, result, error = call_sync(tool.fn, kwargs, signal=signal, timeout_s=limit,
+                                          here=here)
     if status == "aborted":
         return f"{tool.name}: the turn was aborted while the call ran", True
     if status == "timeout":

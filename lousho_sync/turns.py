@@ -224,7 +224,8 @@ class SessionTurn:
     continuations). The one thing ``send``, ``stream`` and ``resume`` run; driven by one
     thread at a time through :meth:`run`."""
 
-    __slots__ = ("_approve", "_idem_ttl_s", "_input", "_limits", "_p", "_signal", "_ticket",
+    __slots__ = ("_approve", "_emit_pending", "_idem_ttl_s", "_input", "_limits", "_p",
+                 "_signal", "_ticket",
                  "_wait")
 
     def __init__(
@@ -238,8 +239,10 @@ class SessionTurn:
         limits: Limits | None = None,
         wait_for_lease: bool = True,
         idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
+        emit_pending: bool = False,
     ) -> None:
         self._p = parts
+        self._emit_pending = emit_pending
         self._idem_ttl_s = idempotency_ttl_s
         self._ticket = ticket
         self._input = input
@@ -272,7 +275,8 @@ class SessionTurn:
                     else:
                         st.sync()
                         try:
-                            resumed = self._finish_pending(control, hold, last=msgs is None)
+                            resumed = yield from self._finish_pending(control, hold,
+                                                                      last=msgs is None)
                         except LoushoError as exc:
                             _about_pending(exc, own_input=msgs is not None)
                             raise
@@ -336,7 +340,9 @@ class SessionTurn:
 
     def _finish_pending(
         self, control: TurnControl, hold: LeaseHold | None, *, last: bool
-    ) -> ExecutionResult | None:
+    ) -> Generator[RunEvent, None, ExecutionResult | None]:
+        """Finish the pending turn, if any (its events yielded only with ``emit_pending``:
+        a takeover of a detached turn, whose first event is ``step.reset``)."""
         cp = self._pending()
         if cp is None:
             return None
@@ -344,9 +350,13 @@ class SessionTurn:
         inner, state = resumed_turn(cp)
         unlink = link(control.signal, inner.abort)
         try:
-            result: ExecutionResult = drive(
-                self._play(inner, state, None, hold, emit=False, resumed=True, last=last)
-            )
+            play = self._play(inner, state, None, hold, emit=self._emit_pending, resumed=True,
+                              last=last)
+            result: ExecutionResult
+            if self._emit_pending:
+                result = yield from play
+            else:
+                result = drive(play)
             return result
         finally:
             unlink()

@@ -375,6 +375,43 @@ def test_an_approval_status_changed_in_the_inner_store_is_detected(tmp_path: Pat
         assert got is not None and (got.status, got.reason) == ("denied", "too much")
 
 
+def test_an_approval_hidden_by_a_changed_status_makes_every_reader_raise(
+    tmp_path: Path,
+) -> None:
+    # a turn paused on an approval; the inner store's plain status is changed from
+    # "pending": list() raises the same error as get() and resolve(), it does not say []
+    @tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    db = tmp_path / "enc.db"
+    with _open(db, K1) as store:
+        agent = create_agent(
+            provider=ScriptedProvider([Step(tool_calls=[("pay", {"amount": 5})])],
+                                      default="ok"), tools=[pay], store=store)
+        paused = agent.session(id="s").send("pay")
+        aid = paused.approval_id
+        assert [r.id for r in agent.approvals.list()] == [aid]
+        _sql(db, "UPDATE approvals SET status = 'approved', resolved_at = 1 WHERE id = ?", aid)
+        readers = {
+            "list": lambda: agent.approvals.list(),
+            "list of the session": lambda: agent.approvals.list("s"),
+            "page": lambda: agent.approvals.page(),
+            "get": lambda: agent.approvals.get(aid),
+            "resolve": lambda: agent.approvals.resolve(id=aid, approved=True),
+        }
+        messages = set()
+        for name, read in readers.items():
+            with pytest.raises(StoreDecryptError) as info:
+                read()
+            messages.add(str(info.value))
+            assert info.value.session_id == "s", name
+        assert len(messages) == 1, messages
+        assert f"the reason of approval {aid!r} (status 'approved')" in messages.pop()
+        assert agent.approvals.list("other") == []  # another session's list is not affected
+
+
 def test_plaintext_records_are_refused_not_read_as_garbage(tmp_path: Path) -> None:
     db = tmp_path / "enc.db"
     with SqliteStore(db) as plain:

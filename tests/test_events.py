@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CHILD_TIMEOUT, STORE_KINDS, read_line, wait
+from conftest import CHILD_TIMEOUT, STORE_KINDS, wait
 from crash_child import make_store
 from events_child import GatedProvider
 
@@ -37,24 +38,71 @@ CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
 ANSWER = "The quick brown fox jumps over the lazy dog, again and again, until the end."
 
 
-def child(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "events_child.py"), *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env,
-    )
+class Child:
+    """A child process of events_child.py whose stdout lines a thread collects."""
+
+    def __init__(self, *args: str, **env: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "events_child.py"), *args],
+            stdin=subprocess.PIPE if args[0] == "serve" else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent), **env},
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def line(self) -> Any:
+        """The next line, as JSON (fails when the child says nothing in time or ended)."""
+        line = self.lines.get(timeout=CHILD_TIMEOUT)
+        assert line is not None, self.stderr()
+        return json.loads(line)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        if self.proc.poll() is None:
+            return ""
+        return self.proc.stderr.read()
+
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Close its stdin (a serving child then ends) and reap it."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=CHILD_TIMEOUT)  # reaped: its pid is gone
 
 
-def finish(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
-    """The child's remaining JSON lines (it must exit 0). Read through the same buffered
-    stream as ``read_line`` (``communicate()`` would skip what that buffer holds)."""
-    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
-    proc.stdin.close()
-    stdout = proc.stdout.read()
-    stderr = proc.stderr.read()
-    assert proc.wait(timeout=CHILD_TIMEOUT) == 0, stderr
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+def child(*args: str, **env: str) -> Child:
+    return Child(*args, **env)
+
+
+def finish(proc: Child) -> list[dict[str, Any]]:
+    """The child's remaining JSON lines (it must exit 0)."""
+    out = []
+    while True:
+        line = proc.lines.get(timeout=CHILD_TIMEOUT)
+        if line is None:
+            break
+        if line:
+            out.append(json.loads(line))
+    assert proc.proc.wait(timeout=CHILD_TIMEOUT) == 0, proc.stderr()
+    return out
 
 
 def text_of(lines: list[dict[str, Any]]) -> str:
@@ -214,7 +262,7 @@ def test_a_reader_in_another_process_gets_exactly_the_events_after_n(
              child("attach", kind, str(tmp_path), "s1", run.turn_id, str(n)),
              child("attach", kind, str(tmp_path), "s1", run.turn_id, "-1", str(n - 3))]
     for p in procs:
-        assert read_line(p) == '"READY"'
+        assert p.line() == "READY"
     gate.set()
     rest = list(events)
     result = run.result(timeout=CHILD_TIMEOUT)
@@ -269,3 +317,132 @@ def test_an_encrypted_stores_events_are_encrypted_at_rest(tmp_path: Path) -> Non
     raw.close()
     assert rows
     assert not any("secret" in r[0] or "tell me" in r[0] for r in rows)
+
+
+# --- takeover -----------------------------------------------------------------------------------
+def applied(lines: list[dict[str, Any]]) -> str:
+    """What a reader shows after applying each ``step.reset`` (it drops the text of that
+    step and of any later one)."""
+    shown: list[tuple[int, str]] = []
+    step = 0
+    for e in lines:
+        if e.get("type") == "step.start":
+            step = e["step"]
+        elif e.get("type") == "step.reset":
+            shown = [(s, t) for s, t in shown if s < e["step"]]
+            step = e["step"]
+        elif e.get("type") == "text.delta":
+            shown.append((step, e["text"]))
+    return "".join(t for _, t in shown)
+
+
+def crash_and_take_over(kind: str, root: Path, hold_after: int) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]]]:
+    """A driver process SIGKILLed mid-answer (after ``hold_after`` pieces) and a reader in
+    another process that takes the turn over: (the driver's lines, the reader's)."""
+    driver = child("drive", kind, str(root), "s1", ANSWER, "40", str(hold_after))
+    try:
+        turn = driver.line()["turn"]
+        seen: list[dict[str, Any]] = []
+        while sum(1 for e in seen if e["type"] == "text.delta") < hold_after:
+            seen.append(driver.line())
+        reader = child("attach", kind, str(root), "s1", turn, "-1",
+                       LOUSHO_TEST_ANSWER=ANSWER, LOUSHO_TEST_CHUNKS="40")
+        assert reader.line() == "READY"
+    finally:
+        driver.kill()
+    return seen, finish(reader)
+
+
+@pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
+def test_a_reader_takes_over_a_turn_whose_driver_was_killed(kind: str, tmp_path: Path) -> None:
+    _, lines = crash_and_take_over(kind, tmp_path, 12)
+    assert lines[-1] == {"end": True, "result": ANSWER}
+    events = lines[:-1]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(seqs)))  # in order, nothing missing, nothing twice
+    assert events[-1]["type"] == "run.done"
+    resets = [e for e in events if e["type"] == "step.reset"]
+    assert len(resets) == 1 and resets[0]["step"] == 1
+    assert applied(events) == ANSWER  # after applying step.reset: the committed answer
+    session = create_agent(provider=ScriptedProvider(default="x"),
+                           store=make_store(kind, tmp_path)).session(id="s1")
+    assert [m.text for m in session.load()] == ["go", ANSWER]  # committed once
+    assert session.pending() is None and session.current_turn() is None
+
+
+def test_lousho_aio_start_attach_and_current_turn() -> None:
+    import asyncio
+
+    import lousho_aio
+
+    async def main() -> None:
+        gate = threading.Event()
+        agent = lousho_aio.create_agent(provider=GatedProvider(ANSWER, 10, 3, gate),
+                                        store=MemorySessionStore())
+        session = agent.session(id="s1")
+        run = await session.start("hi")
+        assert run.detached
+        async for event in run:
+            if event.type == "text.delta":
+                break  # leaving the loop does not abort a started run
+        info = await session.current_turn()
+        assert info is not None and info.turn_id == run.turn_id and info.status == "running"
+        gate.set()
+        assert (await run.result()).text == ANSWER
+        texts = [e.text async for e in session.attach(run.turn_id, after=-1)
+                 if e.type == "text.delta"]
+        assert "".join(texts) == ANSWER
+        assert await session.current_turn() is None
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
+def test_store_prune_removes_the_events_of_turns_ended_past_the_ttl(
+    kind: str, tmp_path: Path
+) -> None:
+    import time
+
+    from lousho_sync.stores._events import TurnHead
+    from lousho_sync.stores.files import FileStore
+
+    store = FileStore(tmp_path / "fs") if kind == "files" else make_store(kind, tmp_path)
+    agent = create_agent(provider=ScriptedProvider(default="ok"), store=store)
+    session = agent.session(id="s1")
+    recent = session.start("hi")
+    recent.result(timeout=CHILD_TIMEOUT)
+    ops = event_ops_of(store.sessions)
+    old = TurnHead(turn_id="old-turn", session_id="s2", owner="h:1:x",
+                   started_at=time.time() - 7200)
+    ops.begin(old)
+    ops.append("old-turn", [(0, '{"type":"text.delta","text":"x"}')], owner="h:1:x",
+               status="done", ended_at=time.time() - 3600)
+    store.prune(older_than_s=86400)
+    assert ops.head("old-turn") is None and ops.read("old-turn", -1, 10) == []
+    assert ops.head(recent.turn_id) is not None  # ended now: kept event_ttl_s
+    assert [e.type for e in session.attach(recent.turn_id)][-1] == "run.done"
+
+
+def test_a_paused_turn_ends_its_readers_and_is_reported_paused(tmp_path: Path) -> None:
+    from lousho_sync import tool
+
+    @tool(needs_approval=True)
+    def transfer(amount: float) -> str:
+        """Send money."""
+        return f"sent {amount}"
+
+    provider = ScriptedProvider([Step(tool_calls=[("transfer", {"amount": 5})]), "Done."])
+    agent = create_agent(provider=provider, tools=[transfer],
+                         store=make_store("sqlite", tmp_path))
+    session = agent.session(id="s1")
+    run = session.start("pay")
+    types = [e.type for e in session.attach(run.turn_id)]
+    assert types[-2:] == ["approval.requested", "run.done"]
+    result = run.result(timeout=CHILD_TIMEOUT)
+    assert result.finish_reason == "awaiting-approval"
+    info = session.current_turn()
+    assert info is not None and (info.turn_id, info.status) == (run.turn_id, "paused")
+    agent.approvals.resolve(id=result.approval_id or "", approved=True)
+    assert session.current_turn() is None
+    assert [m.text for m in session.load()][-1] == "Done."

@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -346,3 +347,89 @@ def test_the_aio_sse_stream_resumes_after_the_last_event_id() -> None:
     assert frames == expected and len(frames) > 3 and log.calls == [("t1", 2)]
     with pytest.raises(InvalidEventIdError):
         async_sse_stream(log, last_event_id="t1:2", turn_id="t3")
+
+
+# --- over a real session's detached turns (SQLite) ------------------------------------------
+
+
+def _sqlite_session(tmp_path: Path, sid: str, script: list[Any]) -> Any:
+    from lousho_sync.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "agent.db")
+    return create_agent(provider=ScriptedProvider(script), store=store).session(sid)
+
+
+def test_sse_stream_of_a_started_turn_resumes_after_last_event_id(tmp_path: Path) -> None:
+    session = _sqlite_session(tmp_path, "s1", [Step(text="x", chunks=["one ", "two ", "three"])])
+    run = session.start("hi")
+    turn_id = run.turn_id
+    frames = parse_sse("".join(sse_stream(session, turn_id=turn_id, heartbeat_s=5.0)))[1:]
+    assert frames[0]["id"] == f"{turn_id}:0" and frames[-1]["event"] == "run.done"
+    assert all(f["id"] == f"{turn_id}:{json.loads(f['data'])['seq']}" for f in frames)
+    assert json.loads(frames[-1]["data"])["result"]["text"] == "one two three"
+    assert session.messages[-1].text == "one two three"
+    for cut in range(len(frames) - 1):
+        rest = parse_sse("".join(sse_stream(session, last_event_id=frames[cut]["id"],
+                                            heartbeat_s=None)))[1:]
+        assert rest == frames[cut + 1:]
+    latest = parse_sse("".join(sse_stream(session, heartbeat_s=None)))[1:]
+    assert latest == frames  # no turn id: the session's latest turn
+
+
+def test_sse_stream_never_streams_another_sessions_turn(tmp_path: Path) -> None:
+    from lousho_sync import TurnNotFoundError
+
+    mine = _sqlite_session(tmp_path, "mine", [Step(text="mine")])
+    theirs = _sqlite_session(tmp_path, "theirs", [Step(text="secret")])
+    theirs_turn = theirs.start("hi").turn_id
+    theirs.attach(theirs_turn).result()
+    mine.start("hi").result()
+    with pytest.raises(InvalidEventIdError, match="which this session does not have") as info:
+        sse_stream(mine, last_event_id=f"{theirs_turn}:0")
+    assert isinstance(info.value.__cause__, TurnNotFoundError)
+    with pytest.raises(TurnNotFoundError):
+        sse_stream(mine, turn_id=theirs_turn)
+    with pytest.raises(TurnNotFoundError):
+        sse_stream(_sqlite_session(tmp_path, "empty", []))
+
+
+def test_the_aio_sse_stream_of_a_started_turn(tmp_path: Path) -> None:
+    import lousho_aio
+    from lousho_aio.sse import sse_stream as async_sse_stream
+    from lousho_sync.sqlite import SqliteStore
+
+    async def main() -> tuple[list[str], list[str]]:
+        agent = lousho_aio.create_agent(
+            provider=ScriptedProvider([Step(text="x", chunks=["a", "b", "c"])]),
+            store=SqliteStore(tmp_path / "aio.db"))
+        session = agent.session("s1")
+        run = await session.start("hi")
+        await run.result()
+        whole = [f async for f in async_sse_stream(session, turn_id=run.turn_id)]
+        rest = [f async for f in async_sse_stream(session, last_event_id=f"{run.turn_id}:1")]
+        return whole, rest
+
+    whole, rest = asyncio.run(main())
+    assert whole[0] == rest[0] == "retry: 2000\n\n"
+    assert rest[1:] == whole[3:]
+    assert parse_sse(whole[-1])[0]["event"] == "run.done"
+
+
+def test_a_quiet_started_turn_beats_and_a_reader_that_leaves_leaves_it_running(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    session = _sqlite_session(tmp_path, "s1", [Step(text="late", chunks=["la", "te"],
+                                                    gate=gate)])
+    run = session.start("hi")
+    frames = sse_stream(session, turn_id=run.turn_id, heartbeat_s=0.02)
+    seen = [next(frames)]
+    while seen[-1] != HEARTBEAT:  # the model holds its answer: heartbeats keep it open
+        seen.append(next(frames))
+    assert seen[0] == "retry: 2000\n\n" and "event: run.start" in "".join(seen)
+    frames.close()  # the browser went away
+    gate.set()
+    assert run.result(timeout=60).text == "late"  # the turn went on and was committed
+    assert session.messages[-1].text == "late"
+    rest = parse_sse("".join(sse_stream(session, turn_id=run.turn_id, heartbeat_s=None)))
+    assert rest[-1]["event"] == "run.done"

@@ -306,6 +306,56 @@ def test_a_tool_sees_the_turns_contextvars() -> None:
     assert seen == ["req-7"]
 
 
+def test_a_tool_setting_a_contextvar_leaves_the_callers_value_as_it_was() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="caller")
+
+    @tool
+    def change() -> str:
+        """Change."""
+        var.set("tool")
+        return var.get()
+
+    agent = create_agent(
+        provider=ScriptedProvider([Step(tool_calls=[("change", {})]), "k"] * 2), tools=[change]
+    )
+    result = agent.send("go")
+    assert result.messages[2].text == "tool"
+    assert var.get() == "caller"
+    agent.send("go", signal=AbortController().signal)  # the worker-thread path
+    assert var.get() == "caller"
+
+
+def test_a_tool_runs_on_the_callers_thread_only_where_nothing_can_abort_it() -> None:
+    threads: list[int] = []
+
+    @tool
+    def where() -> str:
+        """Where."""
+        threads.append(threading.get_ident())
+        return "ok"
+
+    @tool(timeout_s=WAIT)
+    def bounded() -> str:
+        """Bounded."""
+        threads.append(threading.get_ident())
+        return "ok"
+
+    def agent_with(name: str) -> Any:
+        return create_agent(provider=ScriptedProvider([Step(tool_calls=[(name, {})]), "k"]),
+                            tools=[where, bounded])
+
+    me = threading.get_ident()
+    agent_with("where").send("go")  # no signal, result driven here: nobody can abort it
+    assert threads == [me]
+    agent_with("where").send("go", signal=AbortController().signal)
+    agent_with("bounded").send("go")  # a timeout needs a thread to walk away from
+    run = agent_with("where").stream("go")  # the handle can abort it from anywhere
+    run.result()
+    session = agent_with("where").session()
+    session.send("go")  # another call may roll the session's turn back
+    assert len(threads) == 5 and me not in threads[1:]
+
+
 # --- async tools -----------------------------------------------------------------------------
 
 

@@ -235,3 +235,26 @@ def test_the_aio_twin_yields_the_same_parts() -> None:
     frames, run_id = asyncio.run(main())
     assert parts(frames, run_id) == expected
     assert expected[-1] == "DONE" and expected[0]["messageId"] == "TURN"
+
+
+def test_a_started_turn_read_again_from_its_start_reads_whole(
+    node: str, server: _Server, tmp_path: Path
+) -> None:
+    # useChat's resume: the reloaded page has no part of the answer; the endpoint streams
+    # the session's turn from its start with ui_message_stream
+    from lousho_sync.sqlite import SqliteStore
+    from lousho_sync.sse import ui_message_stream
+
+    agent = create_agent(provider=ScriptedProvider([
+        Step(tool_calls=(ToolCall("c1", "add", {"a": 2, "b": 3}),)),
+        Step(text="It is 5.", chunks=["It is ", "5."])]), tools=[add],
+        store=SqliteStore(tmp_path / "agent.db"))
+    session = agent.session("s1")
+    run = session.start("2+3?")
+    server.routes["/api/chat/s1/stream"] = lambda: ui_message_stream(session, heartbeat_s=5.0)
+    seen = read(node, server.url + "/api/chat/s1/stream")
+    assert seen["errors"] == [] and seen["message"]["id"] == run.turn_id
+    texts = [p["text"] for p in seen["message"]["parts"] if p["type"] == "text"]
+    assert texts == [session.messages[-1].text] == ["It is 5."]
+    tool_part = next(p for p in seen["message"]["parts"] if p["type"] == "tool-add")
+    assert tool_part["output"] == "5"

@@ -27,7 +27,9 @@ position in the history; records of earlier releases, without it, are still read
 ``approval-reason`` (approval id, status: so an approval's status changed in the inner
 store is detected). A record changed, moved to another record or position, or written with
 a key not given raises :class:`~lousho_sync.errors.StoreDecryptError` naming the store and
-the record; never garbage. What cannot be detected: a record replaced by an older version
+the record; never garbage. An approval a paused turn waits on but the inner store
+no longer lists as pending (its plain status changed) makes ``list_pending`` raise too.
+What cannot be detected: a record replaced by an older version
 of itself (a rollback), or a transcript cut short at its end.
 
 The store is marked as written through EncryptedStore (the built-in stores' ``mark_encrypted``:
@@ -623,9 +625,11 @@ class EncryptedApprovalStore(_Part):
     """Approval records encrypted over an inner approval store; ``resolve`` is the inner
     one's (resolve-once holds), its reason encrypted and bound to the status."""
 
-    def __init__(self, inner: Any, sealer: _Sealer) -> None:
+    def __init__(self, inner: Any, sealer: _Sealer,
+                 checkpoints: EncryptedCheckpointStore | None = None) -> None:
         self._inner = inner
         self._sealer = sealer
+        self._checkpoints = checkpoints  # the paused turns, to find hidden approvals
         self.fenced = getattr(inner, "fenced", False) is True
 
     def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
@@ -648,8 +652,29 @@ class EncryptedApprovalStore(_Part):
         return self._sealer.open_approval(id, env)
 
     def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records, decrypted, oldest first."""
-        return [self._sealer.open_approval(e.id, e) for e in self._inner.list_pending(session_id)]
+        """Pending records, decrypted, oldest first. An approval a paused turn waits on that
+        the inner store does not list as pending (its plain status was changed there) is read
+        too, so its damage raises here as in ``get``/``resolve`` instead of hiding it."""
+        records = [self._sealer.open_approval(e.id, e)
+                   for e in self._inner.list_pending(session_id)]
+        if self._checkpoints is not None:
+            self._check_hidden({r.id for r in records}, session_id)
+        return records
+
+    def _check_hidden(self, listed: set[str], session_id: str | None) -> None:
+        checkpoints = self._checkpoints
+        assert checkpoints is not None
+        inner = checkpoints._inner
+        for key in inner.keys(""):
+            env = inner.load(key)  # the envelope: status and session id are plain
+            if env is None or env.status != "awaiting-approval":
+                continue
+            if session_id is not None and env.session_id != session_id:
+                continue
+            checkpoint = checkpoints.load(key)
+            for id in () if checkpoint is None else checkpoint.pending_approval_ids:
+                if id not in listed:
+                    self.get(id)  # StoreDecryptError when its plain status was changed
 
 
 class _StoreLease:
@@ -770,7 +795,8 @@ class EncryptedStore:
             ])(sessions, sealer, self if self._committer is not None else None)
         self.checkpoints = (None if checkpoints is None
                             else EncryptedCheckpointStore(checkpoints, sealer))
-        self.approvals = None if approvals is None else EncryptedApprovalStore(approvals, sealer)
+        self.approvals = (None if approvals is None
+                          else EncryptedApprovalStore(approvals, sealer, self.checkpoints))
 
     @property
     def inner(self) -> Any:

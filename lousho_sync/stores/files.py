@@ -85,6 +85,7 @@ from ._common import (
     check_ttl,
     validate_session_id,
 )
+from ._events import prune_events
 from ._file_events import FileEventOps
 from ._lease import make_owner, poll_until
 from .base import Fence, now
@@ -877,6 +878,7 @@ class FileStore:
         their session and the checkpoint of the turn they paused) are
         kept. Returns the counts."""
         check_older_than(older_than_s)
+        prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         # a pending approval keeps its session and the checkpoint of the turn it paused

@@ -91,6 +91,7 @@ from ._engine.approvals import ApprovalRules
 from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
+from ._events import prune_events
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
 from ._postgres_events import PostgresEventOps
 from ._postgres_ops import (
@@ -525,6 +526,7 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
         checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         db = self._db
 

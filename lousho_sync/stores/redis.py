@@ -104,6 +104,7 @@ from ._engine.approvals import ApprovalRules
 from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
+from ._events import prune_events
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms
 from ._redis_events import RedisEventOps
 from ._redis_ops import (
@@ -471,6 +472,7 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
         session written meanwhile is kept."""
         check_older_than(older_than_s)
+        prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
         c = self._c

@@ -97,6 +97,7 @@ from ._engine.approvals import ApprovalRules
 from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
+from ._events import prune_events
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
 from ._sqlite_events import SqliteEventOps
 from ._sqlite_ops import (
@@ -424,6 +425,7 @@ class SqliteStore(CommitRules, LeaseForwarding, Closing):
         checkpoint of the turn they paused) and sessions under a live lease
         are kept (and every session's fence token). Returns the counts."""
         check_older_than(older_than_s)
+        prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
 
         def delete_old(c: Conn) -> PruneResult:

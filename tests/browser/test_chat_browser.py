@@ -6,7 +6,11 @@ file, the model answering a word every ``PACE_S`` seconds.
    page's EventSource reconnects by itself (sending Last-Event-ID), and the page ends with
    the committed answer, exactly once;
 2. the page is reloaded mid-turn: it re-attaches and shows the whole answer;
-3. two tabs on one session show the same live answer.
+3. two tabs on one session show the same live answer;
+4. under gunicorn with 4 workers (SQLite, PostgreSQL), a turn started by one worker's POST
+   is streamed to the page by another worker (the access log names each request's worker);
+5. the gunicorn worker that runs the turn is SIGKILLed mid-answer: another worker takes the
+   turn over, the page shows a ``step.reset`` and still ends with the committed answer, once.
 
 Skipped with the reason, or failing under CI, as tests/browser/test_inbox_browser.py is; a
 failing test saves each browser's screenshot, page and console log there.
@@ -225,3 +229,126 @@ def test_two_tabs_show_the_same_live_answer(browsers: Browsers, tmp_path: Path) 
             wait_done(driver)
         answer = committed(port, "cy")[-1]["text"]
         assert assistant_texts(first) == assistant_texts(second) == [answer]
+
+
+# --- under gunicorn: 4 worker processes share the store ------------------------------------
+
+
+class Gunicorn:
+    """examples/flask_app.py under gunicorn with 4 workers (threads for the event streams,
+    no keep-alive: each request takes a fresh connection, so any worker may serve it); the
+    access log names the worker process that served each request."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        pytest.importorskip("gunicorn", reason="gunicorn is in the test extra")
+        self.port = free_port()
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-w", "4", "--threads", "8", "--keep-alive",
+             "0", "-b", f"127.0.0.1:{self.port}", "--chdir", str(ROOT / "examples"),
+             "--access-logfile", "-", "--access-logformat", "served %(p)s %(m)s %(U)s %(s)s",
+             "flask_app:app"], env=env, cwd=tmp, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_for(lambda: sum("Booting worker" in line for line in self.lines) >= 4,
+                      "4 workers")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self.lines.append("<exited>")
+            self._changed.notify_all()
+
+    def wait_for(self, condition: Any, what: str) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: condition() or "<exited>" in self.lines,
+                                          timeout=WAIT) or "<exited>" in self.lines:
+                pytest.fail(f"gunicorn: no {what}:\n" + "\n".join(self.lines[-40:]))
+
+    def served(self, method: str, path_start: str) -> list[str]:
+        """The worker pids that served ``method`` requests whose path starts so, in order."""
+        with self._changed:
+            return [line.split()[1].strip("<>") for line in self.lines
+                    if line.startswith("served ")
+                    and line.split()[2] == method and line.split()[3].startswith(path_start)]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(WAIT)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_under_gunicorn_another_worker_streams_the_turn(
+    kind: str, browsers: Browsers, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOUSHO_EXAMPLE_PACE_S": "0.02"}
+    env.pop("LOUSHO_MODEL", None)
+    env.pop("LOUSHO_POSTGRES_URL", None)
+    if kind == "postgres":
+        env["LOUSHO_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
+        env["LOUSHO_POSTGRES_SCHEMA"] = request.getfixturevalue("postgres_schema")
+    else:
+        env["LOUSHO_DB"] = str(tmp_path / "chat.db")
+    server = Gunicorn(tmp_path, env)
+    try:
+        driver = browsers.open()
+        open_chat(driver, server.port, "dee")
+        crossed = 0
+        for n in range(1, 9):  # until a turn was started by one worker and streamed by another
+            question = f"question {n} " + " ".join(f"w{i}" for i in range(10))
+            send(driver, question)
+            wait_for(driver, lambda d, n=n: len(assistant_texts(d)) == n, f"answer {n}")
+            answer = committed(server.port, "dee")[-1]["text"]
+            assert answer == f"Message {n} received: {question}"
+            assert assistant_texts(driver)[-1] == answer
+            server.wait_for(lambda n=n: len(server.served("GET", "/chat/dee/events")) >= n,
+                            "access log line of the event stream")
+            posted = server.served("POST", "/chat/dee")[-1]
+            streamed = server.served("GET", "/chat/dee/events")[-1]
+            crossed += posted != streamed
+            if crossed:
+                break
+        assert crossed, "every turn was streamed by the worker that started it"
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_worker_running_the_turn_is_killed_and_the_page_still_ends_whole(
+    kind: str, browsers: Browsers, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOUSHO_EXAMPLE_PACE_S": "0.1"}
+    env.pop("LOUSHO_MODEL", None)
+    env.pop("LOUSHO_POSTGRES_URL", None)
+    if kind == "postgres":
+        env["LOUSHO_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
+        env["LOUSHO_POSTGRES_SCHEMA"] = request.getfixturevalue("postgres_schema")
+    else:
+        env["LOUSHO_DB"] = str(tmp_path / "chat.db")
+    server = Gunicorn(tmp_path, env)
+    try:
+        driver = browsers.open()
+        open_chat(driver, server.port, "eve")
+        send(driver, QUESTION)
+        wait_for(driver, lambda d: "word5" in answer_shown(d), "a part of the answer")
+        server.wait_for(lambda: bool(server.served("POST", "/chat/eve")), "the POST's line")
+        runner = int(server.served("POST", "/chat/eve")[-1])  # it drives the turn
+        os.kill(runner, signal.SIGKILL)  # mid-answer
+        wait_done(driver)
+        resets = driver.execute_script("return document.body.dataset.resets")
+        assert resets is not None and int(resets) >= 1, "no step.reset reached the page"
+        answer = committed(server.port, "eve")[-1]
+        assert (answer["role"], answer["text"]) == ("assistant",
+                                                    f"Message 1 received: {QUESTION}")
+        assert assistant_texts(driver) == [answer["text"]]
+        body = driver.execute_script("return document.body.textContent")
+        assert body.count(answer["text"]) == 1
+    finally:
+        server.stop()
