@@ -30,7 +30,12 @@ __all__ = [
     "TurnHead",
     "TurnStatus",
     "event_ops_of",
+    "prune_events",
 ]
+
+EVENT_TTL_S = 600.0
+"""How long a finished turn's events are kept (``Session.event_ttl_s``'s default; what a
+store's ``prune()`` keeps)."""
 
 TurnStatus = Literal["running", "paused", "done"]
 
@@ -211,3 +216,11 @@ def event_ops_of(store: object) -> EventOps:
 def now() -> float:
     """The log's clock (Unix time)."""
     return time.time()
+
+
+def prune_events(ops: EventOps, ttl_s: float = EVENT_TTL_S) -> int:
+    """Remove the event logs of the turns that ended more than ``ttl_s`` ago; how many."""
+    ids = ops.ended_before(now() - ttl_s)
+    for turn_id in ids:
+        ops.drop(turn_id)
+    return len(ids)
