@@ -151,6 +151,10 @@ class AsyncSession:
         ``Session.attach``, also for ``takeover``); ``async for`` it."""
         return AsyncAgentRun(self._session.attach(turn_id, after=after, takeover=takeover))
 
+    async def abort_turn(self, reason: object = None, *, turn_id: str | None = None) -> bool:
+        """Abort the running (or named) turn from any process (see ``Session.abort_turn``)."""
+        return await _bridge.call(self._session.abort_turn, reason, turn_id=turn_id)
+
     async def current_turn(self) -> TurnInfo | None:
         """The session's unfinished detached turn (see ``Session.current_turn``)."""
         return await _bridge.call(self._session.current_turn)
@@ -201,6 +205,10 @@ class AsyncSession:
     async def clear(self, *, keep_metadata: bool = True) -> None:
         """Empty the transcript and save it empty (see ``Session.clear``)."""
         await _bridge.call(self._session.clear, keep_metadata=keep_metadata)
+
+    async def delete(self) -> None:
+        """Delete the session under its lease (see ``Session.delete``)."""
+        await _bridge.call(self._session.delete)
 
     async def undo(self, turns: int = 1) -> tuple[Message, ...]:
         """Remove the last ``turns`` turns; the removed messages (see ``Session.undo``)."""

@@ -45,14 +45,14 @@ from .events import (
     UsageEvent,
 )
 from .ids import is_session_id
-from .stores._events import EventOps, TurnHead, TurnStatus, now
+from .stores._events import EVENT_TTL_S, EventOps, TurnHead, TurnStatus, now
 
 __all__ = ["EventLog", "Publisher", "decode", "encode"]
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.05
-DEFAULT_TTL_S = 600.0
+DEFAULT_TTL_S = EVENT_TTL_S
 DEFAULT_MAX_ROWS = 10_000
 _READ_BATCH = 1000
 

@@ -2,6 +2,7 @@
 
     python tests/events_child.py attach KIND DIR SESSION TURN AFTER [LEAVE_AT]
     python tests/events_child.py drive KIND DIR SESSION TEXT CHUNKS HOLD_AFTER
+    python tests/events_child.py serve KIND DIR -
 
 ``attach`` prints ``READY`` once attached, then one JSON line per event
 (``{"type", "seq", "text"}``) and ``{"end": ..., "result": ...}``; with ``LEAVE_AT`` it
@@ -48,7 +49,7 @@ class GatedProvider:
     model = "gated"
 
     def __init__(self, text: str, chunks: int, hold_after: int,
-                 gate: threading.Event | None = None) -> None:
+                 gate: threading.Event | None = None, pace_s: float = 0.0) -> None:
         self.text = text
         size = max(1, -(-len(text) // chunks))
         self.pieces = [text[i:i + size] for i in range(0, len(text), size)]
@@ -56,6 +57,7 @@ class GatedProvider:
         self.gate = gate if gate is not None else threading.Event()
         self.calls = 0
         self.reached = threading.Event()
+        self.pace_s = pace_s  # a pause before each piece (the storm's slow model)
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
         self.calls += 1
@@ -65,6 +67,8 @@ class GatedProvider:
                 self.reached.set()
                 while not self.gate.wait(0.05):
                     signal.raise_if_aborted()
+            if self.pace_s and signal.wait(self.pace_s):
+                signal.raise_if_aborted()
             signal.raise_if_aborted()
             yield ModelTextDelta(piece)
         yield ModelDone(ModelResponse(Message("assistant", self.text), "stop", self.model))
@@ -105,9 +109,22 @@ def main() -> None:
                 _out(line_of(event))
         result = run.result(timeout=60)
         _out({"end": True, "result": result.text})
+    elif mode == "serve":  # the storm's reader: "SESSION TURN" lines on stdin
+        answer = os.environ["LOUSHO_TEST_ANSWER"]
+        agent = create_agent(provider=GatedProvider(answer, int(os.environ["LOUSHO_TEST_CHUNKS"]),
+                                                    -1), store=store)
+        _out("READY")
+        for line in sys.stdin:
+            session_id, turn = line.split()
+            try:
+                events = [line_of(e) for e in agent.session(id=session_id).attach(turn)]
+                _out({"session": session_id, "events": events})
+            except Exception as exc:
+                _out({"session": session_id, "error": f"{type(exc).__name__}: {exc}"})
     elif mode == "drive":
         text, chunks, hold_after = args[0], int(args[1]), int(args[2])
-        provider = GatedProvider(text, chunks, hold_after)
+        provider = GatedProvider(text, chunks, hold_after,
+                                 pace_s=float(os.environ.get("LOUSHO_TEST_PACE_S", "0")))
         session = create_agent(provider=provider, store=store).session(id=sid)
         run = session.start("go")
         _out({"turn": run.turn_id})

@@ -44,7 +44,8 @@ class Child:
     def __init__(self, *args: str, **env: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "events_child.py"), *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if args[0] == "serve" else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent), **env},
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -67,6 +68,20 @@ class Child:
         if self.proc.poll() is None:
             return ""
         return self.proc.stderr.read()
+
+    def send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Close its stdin (a serving child then ends) and reap it."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
     def kill(self) -> None:
         self.proc.kill()
@@ -354,3 +369,80 @@ def test_a_reader_takes_over_a_turn_whose_driver_was_killed(kind: str, tmp_path:
                            store=make_store(kind, tmp_path)).session(id="s1")
     assert [m.text for m in session.load()] == ["go", ANSWER]  # committed once
     assert session.pending() is None and session.current_turn() is None
+
+
+def test_lousho_aio_start_attach_and_current_turn() -> None:
+    import asyncio
+
+    import lousho_aio
+
+    async def main() -> None:
+        gate = threading.Event()
+        agent = lousho_aio.create_agent(provider=GatedProvider(ANSWER, 10, 3, gate),
+                                        store=MemorySessionStore())
+        session = agent.session(id="s1")
+        run = await session.start("hi")
+        assert run.detached
+        async for event in run:
+            if event.type == "text.delta":
+                break  # leaving the loop does not abort a started run
+        info = await session.current_turn()
+        assert info is not None and info.turn_id == run.turn_id and info.status == "running"
+        gate.set()
+        assert (await run.result()).text == ANSWER
+        texts = [e.text async for e in session.attach(run.turn_id, after=-1)
+                 if e.type == "text.delta"]
+        assert "".join(texts) == ANSWER
+        assert await session.current_turn() is None
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
+def test_store_prune_removes_the_events_of_turns_ended_past_the_ttl(
+    kind: str, tmp_path: Path
+) -> None:
+    import time
+
+    from lousho_sync.stores._events import TurnHead
+    from lousho_sync.stores.files import FileStore
+
+    store = FileStore(tmp_path / "fs") if kind == "files" else make_store(kind, tmp_path)
+    agent = create_agent(provider=ScriptedProvider(default="ok"), store=store)
+    session = agent.session(id="s1")
+    recent = session.start("hi")
+    recent.result(timeout=CHILD_TIMEOUT)
+    ops = event_ops_of(store.sessions)
+    old = TurnHead(turn_id="old-turn", session_id="s2", owner="h:1:x",
+                   started_at=time.time() - 7200)
+    ops.begin(old)
+    ops.append("old-turn", [(0, '{"type":"text.delta","text":"x"}')], owner="h:1:x",
+               status="done", ended_at=time.time() - 3600)
+    store.prune(older_than_s=86400)
+    assert ops.head("old-turn") is None and ops.read("old-turn", -1, 10) == []
+    assert ops.head(recent.turn_id) is not None  # ended now: kept event_ttl_s
+    assert [e.type for e in session.attach(recent.turn_id)][-1] == "run.done"
+
+
+def test_a_paused_turn_ends_its_readers_and_is_reported_paused(tmp_path: Path) -> None:
+    from lousho_sync import tool
+
+    @tool(needs_approval=True)
+    def transfer(amount: float) -> str:
+        """Send money."""
+        return f"sent {amount}"
+
+    provider = ScriptedProvider([Step(tool_calls=[("transfer", {"amount": 5})]), "Done."])
+    agent = create_agent(provider=provider, tools=[transfer],
+                         store=make_store("sqlite", tmp_path))
+    session = agent.session(id="s1")
+    run = session.start("pay")
+    types = [e.type for e in session.attach(run.turn_id)]
+    assert types[-2:] == ["approval.requested", "run.done"]
+    result = run.result(timeout=CHILD_TIMEOUT)
+    assert result.finish_reason == "awaiting-approval"
+    info = session.current_turn()
+    assert info is not None and (info.turn_id, info.status) == (run.turn_id, "paused")
+    agent.approvals.resolve(id=result.approval_id or "", approved=True)
+    assert session.current_turn() is None
+    assert [m.text for m in session.load()][-1] == "Done."

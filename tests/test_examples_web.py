@@ -363,3 +363,14 @@ def test_the_django_helper_builds_the_conninfo_from_databases() -> None:
                                           "sslmode": "require"}
     assert conninfo_to_dict(module.postgres_conninfo({"NAME": "app", "HOST": ""})) == {
         "dbname": "app"}
+
+
+def test_the_chat_page_is_served_at_the_root(port: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+    conn.request("GET", "/")
+    response = conn.getresponse()
+    body = response.read().decode()
+    conn.close()
+    assert response.status == 200 and response.headers["Content-Type"].startswith("text/html")
+    assert body == (EXAMPLES / "static" / "chat.html").read_text()
+    assert "new EventSource(" in body

@@ -413,3 +413,23 @@ def test_the_aio_sse_stream_of_a_started_turn(tmp_path: Path) -> None:
     assert whole[0] == rest[0] == "retry: 2000\n\n"
     assert rest[1:] == whole[3:]
     assert parse_sse(whole[-1])[0]["event"] == "run.done"
+
+
+def test_a_quiet_started_turn_beats_and_a_reader_that_leaves_leaves_it_running(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    session = _sqlite_session(tmp_path, "s1", [Step(text="late", chunks=["la", "te"],
+                                                    gate=gate)])
+    run = session.start("hi")
+    frames = sse_stream(session, turn_id=run.turn_id, heartbeat_s=0.02)
+    seen = [next(frames)]
+    while seen[-1] != HEARTBEAT:  # the model holds its answer: heartbeats keep it open
+        seen.append(next(frames))
+    assert seen[0] == "retry: 2000\n\n" and "event: run.start" in "".join(seen)
+    frames.close()  # the browser went away
+    gate.set()
+    assert run.result(timeout=60).text == "late"  # the turn went on and was committed
+    assert session.messages[-1].text == "late"
+    rest = parse_sse("".join(sse_stream(session, turn_id=run.turn_id, heartbeat_s=None)))
+    assert rest[-1]["event"] == "run.done"

@@ -30,7 +30,12 @@ __all__ = [
     "TurnHead",
     "TurnStatus",
     "event_ops_of",
+    "prune_events",
 ]
+
+EVENT_TTL_S = 600.0
+"""How long a finished turn's events are kept (``Session.event_ttl_s``'s default; what a
+store's ``prune()`` keeps)."""
 
 TurnStatus = Literal["running", "paused", "done"]
 
@@ -184,13 +189,17 @@ class MemoryEventOps:
 _local: weakref.WeakKeyDictionary[object, MemoryEventOps] = weakref.WeakKeyDictionary()
 _by_id: dict[int, MemoryEventOps] = {}
 _local_lock = threading.Lock()
+_has_log: dict[type, bool] = {}
 
 
 def event_ops_of(store: object) -> EventOps:
     """The event log of ``store``: its own (:class:`HasEventLog`), else one in this
     process's memory kept as long as the store object lives."""
-    if isinstance(store, HasEventLog):
-        return store.event_ops()
+    own = _has_log.get(type(store))
+    if own is None:  # a Protocol isinstance check is slow: once per class
+        own = _has_log[type(store)] = isinstance(store, HasEventLog)
+    if own:
+        return store.event_ops()  # type: ignore[attr-defined, no-any-return]
     with _local_lock:
         try:
             ops = _local.get(store)
@@ -207,3 +216,11 @@ def event_ops_of(store: object) -> EventOps:
 def now() -> float:
     """The log's clock (Unix time)."""
     return time.time()
+
+
+def prune_events(ops: EventOps, ttl_s: float = EVENT_TTL_S) -> int:
+    """Remove the event logs of the turns that ended more than ``ttl_s`` ago; how many."""
+    ids = ops.ended_before(now() - ttl_s)
+    for turn_id in ids:
+        ops.drop(turn_id)
+    return len(ids)

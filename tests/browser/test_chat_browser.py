@@ -8,7 +8,10 @@ file, the model answering a word every ``PACE_S`` seconds.
 2. the page is reloaded mid-turn: it re-attaches and shows the whole answer;
 3. two tabs on one session show the same live answer;
 4. under gunicorn with 4 workers (SQLite, PostgreSQL), a turn started by one worker's POST
-   is streamed to the page by another worker (the access log names each request's worker).
+   is streamed to the page by another worker (the access log names each request's worker);
+5. the gunicorn worker that runs the turn is SIGKILLed mid-answer: another worker takes the
+   turn over, the page shows a ``step.reset`` and still ends with the committed answer, once;
+6. the README's Flask section, copied with the page beside it, survives three cuts too.
 
 Skipped with the reason, or failing under CI, as tests/browser/test_inbox_browser.py is; a
 failing test saves each browser's screenshot, page and console log there.
@@ -42,12 +45,14 @@ QUESTION = " ".join(f"word{i}" for i in range(50))
 
 class CutProxy:
     """Forwards every connection to ``port``; the first ``cuts`` responses to a
-    ``GET .../events`` are cut (both sockets closed) once ``after`` text deltas of it went
-    through — mid-answer, possibly mid-frame."""
+    ``GET .../events`` are cut (both sockets closed) right after ``after`` frames holding
+    ``marker`` (text deltas) went through, in the middle of the next such frame."""
 
-    def __init__(self, port: int, cuts: int, after: int) -> None:
+    def __init__(self, port: int, cuts: int, after: int,
+                 marker: bytes = b"event: text.delta") -> None:
         self._target = port
         self._after = after
+        self._marker = marker
         self._lock = threading.Lock()
         self.to_cut = cuts
         self.cut = 0
@@ -80,19 +85,24 @@ class CutProxy:
         self._close(src, dst)
 
     def _down(self, src: socket.socket, dst: socket.socket, state: dict[str, bool]) -> None:
-        deltas = 0
+        seen = 0
         with contextlib.suppress(OSError):
             while chunk := src.recv(65536):
-                dst.sendall(chunk)
-                if not state["events"]:
-                    continue
-                deltas += chunk.count(b"event: text.delta")
-                with self._lock:
-                    cut = deltas >= self._after and self.to_cut > 0
-                    if cut:
-                        self.to_cut -= 1
-                        self.cut += 1
-                if cut:
+                cut_at = None
+                if state["events"]:
+                    at = chunk.find(self._marker)
+                    while at >= 0:
+                        if seen == self._after:  # the next such frame: cut before it
+                            with self._lock:
+                                if self.to_cut > 0:
+                                    self.to_cut -= 1
+                                    self.cut += 1
+                                    cut_at = at
+                            break
+                        seen += 1
+                        at = chunk.find(self._marker, at + 1)
+                dst.sendall(chunk if cut_at is None else chunk[:cut_at])
+                if cut_at is not None:
                     break
         self._close(src, dst)
 
@@ -271,7 +281,8 @@ class Gunicorn:
     def served(self, method: str, path_start: str) -> list[str]:
         """The worker pids that served ``method`` requests whose path starts so, in order."""
         with self._changed:
-            return [line.split()[1] for line in self.lines if line.startswith("served ")
+            return [line.split()[1].strip("<>") for line in self.lines
+                    if line.startswith("served ")
                     and line.split()[2] == method and line.split()[3].startswith(path_start)]
 
     def stop(self) -> None:
@@ -313,3 +324,83 @@ def test_under_gunicorn_another_worker_streams_the_turn(
         assert crossed, "every turn was streamed by the worker that started it"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_worker_running_the_turn_is_killed_and_the_page_still_ends_whole(
+    kind: str, browsers: Browsers, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOUSHO_EXAMPLE_PACE_S": "0.1"}
+    env.pop("LOUSHO_MODEL", None)
+    env.pop("LOUSHO_POSTGRES_URL", None)
+    if kind == "postgres":
+        env["LOUSHO_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
+        env["LOUSHO_POSTGRES_SCHEMA"] = request.getfixturevalue("postgres_schema")
+    else:
+        env["LOUSHO_DB"] = str(tmp_path / "chat.db")
+    server = Gunicorn(tmp_path, env)
+    try:
+        driver = browsers.open()
+        open_chat(driver, server.port, "eve")
+        send(driver, QUESTION)
+        wait_for(driver, lambda d: "word5" in answer_shown(d), "a part of the answer")
+        server.wait_for(lambda: bool(server.served("POST", "/chat/eve")), "the POST's line")
+        runner = int(server.served("POST", "/chat/eve")[-1])  # it drives the turn
+        os.kill(runner, signal.SIGKILL)  # mid-answer
+        wait_done(driver)
+        resets = driver.execute_script("return document.body.dataset.resets")
+        assert resets is not None and int(resets) >= 1, "no step.reset reached the page"
+        answer = committed(server.port, "eve")[-1]
+        assert (answer["role"], answer["text"]) == ("assistant",
+                                                    f"Message 1 received: {QUESTION}")
+        assert assistant_texts(driver) == [answer["text"]]
+        body = driver.execute_script("return document.body.textContent")
+        assert body.count(answer["text"]) == 1
+    finally:
+        server.stop()
+
+
+def test_the_readme_flask_app_with_the_page_survives_dropped_connections(
+    browsers: Browsers, tmp_path: Path
+) -> None:
+    """What a user gets who copies the README's Flask section and the page beside it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_readme import PYTHON_BLOCKS
+
+    (block,) = [code for heading, code in PYTHON_BLOCKS
+                if heading.startswith("Streaming an answer over HTTP")]
+    (tmp_path / "chat.py").write_text(block)
+    (tmp_path / "chat.html").write_text((ROOT / "examples" / "static" / "chat.html").read_text())
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "chat.py", "run",
+                             "--port", str(port)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if f"127.0.0.1:{port}".encode() in line:
+                break
+        else:
+            pytest.fail(f"the README app did not start (exit {proc.wait()})")
+        threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+        # every event stream is cut after its first frame, three times
+        proxy = CutProxy(port, cuts=3, after=1, marker=b"\nevent: ")
+        try:
+            driver = browsers.open()
+            open_chat(driver, proxy.port, "reader")
+            send(driver, "Hi")
+            wait_done(driver)
+            assert proxy.cut == 3
+        finally:
+            proxy.close()
+        answer = committed(port, "reader")[-1]
+        assert (answer["role"], answer["text"]) == ("assistant", "Hello from lousho.")
+        assert assistant_texts(driver) == ["Hello from lousho."]
+        body = driver.execute_script("return document.body.textContent")
+        assert body.count("Hello from lousho.") == 1
+    finally:
+        proc.terminate()
+        proc.wait(WAIT)
