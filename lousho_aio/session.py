@@ -202,6 +202,10 @@ class AsyncSession:
         """Empty the transcript and save it empty (see ``Session.clear``)."""
         await _bridge.call(self._session.clear, keep_metadata=keep_metadata)
 
+    async def delete(self) -> None:
+        """Delete the session under its lease (see ``Session.delete``)."""
+        await _bridge.call(self._session.delete)
+
     async def undo(self, turns: int = 1) -> tuple[Message, ...]:
         """Remove the last ``turns`` turns; the removed messages (see ``Session.undo``)."""
         return await _bridge.call(self._session.undo, turns)

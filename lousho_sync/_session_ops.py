@@ -8,13 +8,16 @@ a tool call from its result.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._session_parts import SessionParts
 from .compaction import is_summary
-from .errors import ConfigError, SessionBusyError
+from .errors import ApprovalAlreadyResolvedError, ConfigError, SessionBusyError
+from .executor import TurnWriter
 from .messages import Message
+from .records import session_prefix
 from .stores.base import Catalogued, supports_catalog
 
 __all__ = ["catalog_of", "fork_copy", "history", "metadata", "set_metadata", "turn_starts",
@@ -74,6 +77,26 @@ def undo(p: SessionParts, turns: int) -> tuple[Message, ...]:
         removed = tuple(messages[cut:])
         p.save_transcript(messages[:cut], hold)
         return removed
+
+
+def delete(p: SessionParts) -> None:
+    """Delete the session under its lease (refused with SessionBusyError while a turn runs
+    or waits to start elsewhere): its pending turn (open approvals denied), every turn
+    checkpoint (fenced writes), then its transcript, history and metadata."""
+    with p.exclusive("delete()") as hold:
+        cp = p.pending_checkpoint(drop_unreadable=True, hold=hold)
+        if cp is not None and p.approvals is not None:
+            for approval_id in p.still_pending(cp):
+                with contextlib.suppress(ApprovalAlreadyResolvedError):
+                    p.approvals.resolve(approval_id, approved=False, reason="discarded")
+        prefix = session_prefix(p.id)
+        for store in {id(s): s for s in (p.checkpoints, p.base.scratch) if s}.values():
+            for key in store.keys(prefix):
+                TurnWriter(store, None, hold).delete(key)
+        p.sessions.delete(p.id)
+        with p.state.lock:
+            p.state.awaiting = None
+        p.state.replace([], None)
 
 
 def _snapshot(p: SessionParts, store: Catalogued) -> tuple[list[Message], list[Message],

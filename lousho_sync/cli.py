@@ -32,7 +32,6 @@ from ._cli_store import (
     shown,
     stored_session_ids,
 )
-from .records import session_prefix
 
 __all__ = [
     "EXIT_FAILURE",
@@ -457,12 +456,7 @@ def _sessions(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
         return EXIT_OK
     if args.action == "show":
         return _show(args, store, session, out)
-    session.discard_pending()
-    store.sessions.delete(sid)
-    checkpoints = getattr(store, "checkpoints", None)
-    if checkpoints is not None:
-        for key in checkpoints.keys(session_prefix(sid)):
-            checkpoints.delete(key)
+    session.delete()
     out.write(json.dumps({"deleted": sid}) + "\n" if args.json else f"deleted {sid}\n")
     return EXIT_OK
 

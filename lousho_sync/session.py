@@ -408,6 +408,13 @@ class Session:
                 ops.set_metadata(self._p, {})
         self._state.emit(ContextCleared)
 
+    def delete(self) -> None:
+        """Delete the session from its store under the session's lease: its pending turn
+        (open approvals are denied), every turn checkpoint, the transcript, the history and
+        the metadata. Refused with SessionBusyError while a turn runs (here or in another
+        process); the object stays usable (an empty session)."""
+        ops.delete(self._p)
+
     # --- whole-transcript operations ------------------------------------------------------------
     def undo(self, turns: int = 1) -> tuple[Message, ...]:
         """Remove the last ``turns`` turns and return the removed messages.

@@ -5,9 +5,10 @@ processes."""
 from __future__ import annotations
 
 import os
-import select
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,32 @@ APP = "approval_app:make_agent"
 
 
 def read_line(proc: subprocess.Popen[str], timeout: float = WAIT) -> str:
-    """The child's next stdout line, stripped; fails when it says nothing in time."""
+    """The child's next stdout line, stripped; fails when it says nothing in time.
+
+    A thread per process reads its stdout into a queue: ``select`` on the pipe would miss a
+    second line already read into the file object's buffer with the first."""
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "the child process said nothing in time"
-    return proc.stdout.readline().strip()
+    with _readers_lock:
+        lines = _readers.get(proc.pid)
+        if lines is None:
+            lines = _readers[proc.pid] = queue.Queue()
+            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        line = lines.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError("the child process said nothing in time") from None
+    assert line is not None, "the child process closed its output"
+    return line.strip()
+
+
+_readers: dict[int, queue.Queue[str | None]] = {}
+_readers_lock = threading.Lock()
+
+
+def _pump(stream: Any, lines: queue.Queue[str | None]) -> None:
+    for line in iter(stream.readline, ""):
+        lines.put(line)
+    lines.put(None)
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -38,8 +38,8 @@ COROUTINES = {
     "AsyncAgent": {"send", "resume"},
     "AsyncApprovals": {"resolve", "list", "get", "page"},
     "AsyncSession": {"send", "load", "compact", "clear", "pending", "resume",
-                     "discard_pending", "undo", "fork", "set_metadata", "history", "start",
-                     "current_turn"},
+                     "discard_pending", "delete", "undo", "fork", "set_metadata", "history",
+                     "start", "current_turn"},
     "AsyncAgentRun": {"result"},
 }
 

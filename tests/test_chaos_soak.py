@@ -24,7 +24,6 @@ import shlex
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +135,6 @@ def _postgres_outage() -> Outage:
     return Outage(lambda: run(["stop", "-m", "immediate", "-w"]),
                   lambda: run(["start", "-w", "-t", "60", "-o", shlex.join(opts)]),
                   max_spells=int(os.environ.get("LOUSHO_SOAK_PG_SPELLS") or 1))
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    with FakeServer() as s:
-        yield s
 
 
 def _soak(

@@ -207,13 +207,15 @@ def test_a_dropped_connection_is_replaced_and_the_call_succeeds(
 def test_a_retried_commit_or_resolve_sees_its_own_write(store: Any) -> None:
     """A retry after a lost reply: the same one-off token finds its own write instead of a
     conflict (or the loss of a race it won)."""
+    from lousho_sync.stores._postgres_ops import append_rows
+
     db = store._db
     store.sessions.save("s1", [user("a")])
     texts_ = ['{"role":"user","content":"b"}']
 
     def append(c: Any) -> object:
         with c.transaction():
-            return store._append_rows(c, "s1", texts_, 1, "op-1")
+            return append_rows(db, c, "s1", texts_, 1, "op-1")
 
     first = db.run("append", append)
     assert db.run("append", append) == first  # the retry: no second copy, no conflict

@@ -115,6 +115,33 @@ def test_clear_keeps_metadata_unless_asked(store: Any) -> None:
     assert store.sessions.info("chat-1") is None
 
 
+def test_delete_takes_the_lease_and_removes_the_session_and_its_pending_turn(
+    kit: contract.Kit, store: Any
+) -> None:
+    provider = ScriptedProvider([Step(text="hi"), Step(tool_calls=[("transfer", {"amount": 5})])])
+    agent = create_agent(provider=provider, tools=[transfer], store=store)
+    session = agent.session("gone")
+    session.set_metadata({"title": "to delete"})
+    session.send("hello")
+    paused = session.send("pay 5")
+    assert paused.finish_reason == "awaiting-approval"
+    (request,) = agent.approvals.list()
+    leases = getattr(store, "sessions", store)
+    if hasattr(leases, "acquire_lease"):  # another owner holds the lease: refused, kept
+        assert leases.acquire_lease("gone", owner="elsewhere:1:x", ttl_s=30.0, wait_s=0)
+        with pytest.raises(SessionBusyError):
+            session.delete()
+        assert session.pending() is not None
+        leases.release_lease("gone", owner="elsewhere:1:x")
+    session.delete()
+    assert session.messages == () and session.pending() is None
+    assert agent.approvals.get(request.id).status == "denied"
+    with kit.reopened() as again:
+        other = agent_on(again).session("gone")
+        assert other.messages == () and other.metadata == {} and other.pending() is None
+        assert "gone" not in [i.id for i in again.sessions.list()]
+
+
 # --- undo --------------------------------------------------------------------------------------
 
 

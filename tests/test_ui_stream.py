@@ -95,7 +95,7 @@ class _Server:
 
 
 @pytest.fixture
-def server() -> Iterator[_Server]:
+def frame_server() -> Iterator[_Server]:
     s = _Server()
     try:
         yield s
@@ -131,14 +131,14 @@ def _turn(script: list[Any], text: str, tools: list[Any]) -> Callable[[], Iterab
 
 
 def test_a_turn_with_a_tool_call_reads_as_one_assistant_message(
-    node: str, server: _Server
+    node: str, frame_server: _Server
 ) -> None:
-    server.routes["/chat"] = _turn([
+    frame_server.routes["/chat"] = _turn([
         Step(tool_calls=(ToolCall("c1", "add", {"a": 2, "b": 3}),),
              usage=Usage(input_tokens=10, output_tokens=2)),
         Step(text="It is 5.", chunks=["It is ", "5."]),
     ], "2+3?", [add])
-    seen = read(node, server.url + "/chat")
+    seen = read(node, frame_server.url + "/chat")
     assert seen["status"] == 200 and seen["errors"] == []
     assert seen["headers"]["x-vercel-ai-ui-message-stream"] == "v1"
     assert seen["headers"]["content-type"].startswith("text/event-stream")
@@ -157,11 +157,11 @@ def test_a_turn_with_a_tool_call_reads_as_one_assistant_message(
 
 
 def test_an_approval_request_reads_as_a_tool_waiting_for_approval(
-    node: str, server: _Server
+    node: str, frame_server: _Server
 ) -> None:
-    server.routes["/chat"] = _turn(
+    frame_server.routes["/chat"] = _turn(
         [Step(tool_calls=(ToolCall("c9", "wipe", {"path": "/tmp/x"}),))], "clean up", [wipe])
-    seen = read(node, server.url + "/chat")
+    seen = read(node, frame_server.url + "/chat")
     assert seen["errors"] == []
     tool_part = next(p for p in seen["message"]["parts"] if p["type"] == "tool-wipe")
     assert tool_part["state"] == "approval-requested"
@@ -173,18 +173,18 @@ def test_an_approval_request_reads_as_a_tool_waiting_for_approval(
                                   "finishReason": "other"}
 
 
-def test_a_failed_turn_reads_as_an_error(node: str, server: _Server) -> None:
+def test_a_failed_turn_reads_as_an_error(node: str, frame_server: _Server) -> None:
     from lousho_sync import ProviderError
 
-    server.routes["/chat"] = _turn(
+    frame_server.routes["/chat"] = _turn(
         [Step(error=ProviderError("the model is down", status=503))], "hi", [])
-    seen = read(node, server.url + "/chat")
+    seen = read(node, frame_server.url + "/chat")
     assert len(seen["errors"]) == 1 and "the model is down" in seen["errors"][0]
     assert seen["chunks"][-1]["finishReason"] == "error"
 
 
 def test_a_step_reset_is_a_data_part_after_which_the_step_is_made_again(
-    node: str, server: _Server
+    node: str, frame_server: _Server
 ) -> None:
     class StepReset(StepStart):  # the event a taken-over turn sends first
         type = "step.reset"  # type: ignore[assignment]
@@ -198,8 +198,8 @@ def test_a_step_reset_is_a_data_part_after_which_the_step_is_made_again(
         yield TextDelta(run_id="t1", seq=5, text="the whole answer")
         yield RunDone(run_id="t1", seq=6, finish_reason="stop", result=None)
 
-    server.routes["/chat"] = lambda: ui_message_frames(events(), heartbeat_s=None)
-    seen = read(node, server.url + "/chat")
+    frame_server.routes["/chat"] = lambda: ui_message_frames(events(), heartbeat_s=None)
+    seen = read(node, frame_server.url + "/chat")
     assert seen["errors"] == []
     kinds = [p["type"] for p in seen["message"]["parts"]]
     assert kinds == ["step-start", "text", "data-step-reset", "step-start", "text"]
@@ -238,7 +238,7 @@ def test_the_aio_twin_yields_the_same_parts() -> None:
 
 
 def test_a_started_turn_read_again_from_its_start_reads_whole(
-    node: str, server: _Server, tmp_path: Path
+    node: str, frame_server: _Server, tmp_path: Path
 ) -> None:
     # useChat's resume: the reloaded page has no part of the answer; the endpoint streams
     # the session's turn from its start with ui_message_stream
@@ -251,8 +251,8 @@ def test_a_started_turn_read_again_from_its_start_reads_whole(
         store=SqliteStore(tmp_path / "agent.db"))
     session = agent.session("s1")
     run = session.start("2+3?")
-    server.routes["/api/chat/s1/stream"] = lambda: ui_message_stream(session, heartbeat_s=5.0)
-    seen = read(node, server.url + "/api/chat/s1/stream")
+    frame_server.routes["/api/chat/s1/stream"] = lambda: ui_message_stream(session, heartbeat_s=5.0)
+    seen = read(node, frame_server.url + "/api/chat/s1/stream")
     assert seen["errors"] == [] and seen["message"]["id"] == run.turn_id
     texts = [p["text"] for p in seen["message"]["parts"] if p["type"] == "text"]
     assert texts == [session.messages[-1].text] == ["It is 5."]

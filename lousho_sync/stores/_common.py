@@ -12,7 +12,6 @@ import attrs
 from ..errors import (
     ConfigError,
     InvalidInputError,
-    LeaseLostError,
     StoreConflictError,
     StoreEncryptedError,
 )
@@ -23,7 +22,6 @@ from .base import FencedLease
 __all__ = [
     "Closing",
     "LeaseForwarding",
-    "check_fence",
     "check_length",
     "check_older_than",
     "check_owner",
@@ -32,7 +30,6 @@ __all__ = [
     "encrypted_refusal",
     "unstorable",
     "fence_token_of",
-    "lease_lost",
     "overlay",
     "resolved_at",
     "validate_session_id",
@@ -96,39 +93,6 @@ def fence_token_of(fence: Fence | None, id: str | None) -> int:
             "the same session with the token acquire_lease returned (>= 1)"
         )
     return fence.token
-
-
-def lease_lost(
-    id: str,
-    newest: int,
-    token: int,
-    where: str,
-    *,
-    path: str | None = None,
-    address: str | None = None,
-) -> LeaseLostError:
-    """The LeaseLostError for a write under ``token`` refused because ``newest`` exists."""
-    return LeaseLostError(
-        f"write to session {id!r} {where} refused: it was made under lease token {token}, "
-        f"but token {newest} was handed out since: another process took over the turn",
-        path=path,
-        address=address,
-        session_id=id,
-    )
-
-
-def check_fence(
-    id: str,
-    newest: int,
-    token: int,
-    where: str,
-    *,
-    path: str | None = None,
-    address: str | None = None,
-) -> None:
-    """LeaseLostError when a write under ``token`` (0: unfenced) meets ``newest``."""
-    if token and newest > token:
-        raise lease_lost(id, newest, token, where, path=path, address=address)
 
 
 def commit_token(id: str, fence: Fence | None, release: bool) -> int:

@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,13 +25,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import (
     ConfigError,
-    StoreClosedError,
     StoreCorruptError,
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
 )
 from ._common import encrypted_refusal, unstorable
+from ._engine.backend import Backend, Translation
 
 __all__ = ["SCHEMA_VERSION", "Conn", "Db"]
 
@@ -90,9 +89,25 @@ def _address(params: dict[str, Any]) -> str:
     return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
 
 
-class Db:
+_TABLE = (
+    Translation((psycopg.OperationalError, psycopg.InterfaceError), StoreUnavailableError,
+                "is the server running and reachable?"),
+    Translation(psycopg.DataError, StoreCorruptError,
+                "a stored value cannot be read (it was left as it was; the value is not "
+                "shown)", hide_detail=True),
+    Translation((psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn),
+                StoreCorruptError, "the schema's tables were changed or dropped by hand"),
+)
+
+
+class Db(Backend):
     """The pool, the schema name, the address and the setup state. Thread-safe: ``lock``
     guards ``pool``, ``closed`` and ``ready``."""
+
+    kind = "PostgreSQL"
+    store_class = "PostgresStore"
+    table = _TABLE
+    address: str
 
     def __init__(
         self,
@@ -120,25 +135,23 @@ class Db:
             raise ConfigError(f"pool_timeout_s must be > 0, got {pool_timeout_s!r}")
         params = _parse(conninfo)
         password = params.get("password")
-        self._password = str(password) if password else None
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
         params.setdefault("application_name", "lousho")
         self._conninfo = make_conninfo(**params)
-        self.address = _address(params)
+        address = _address(params)
+        super().__init__(f"in the PostgreSQL store at {address} (schema {schema!r})",
+                         address=address, secret=str(password) if password else None)
         self.schema = schema
-        self.where = f"in the PostgreSQL store at {self.address} (schema {schema!r})"
+        self.closed_detail = f" (schema {schema!r})"
         self.min_size, self.max_size = min_size, max_size
         self.timeout = connect_timeout_s
         self.pool_timeout = pool_timeout_s
         self._ident = sql.Identifier(schema)
         self._queries: dict[str, sql.Composed] = {}
-        self.lock = threading.Lock()
-        self.closed = False
         self.ready = False
         self.wrapped = False  # used through EncryptedStore (mark_encrypted)
         self.mark_checked = False  # the encryption mark was checked (or written)
         self.pool: ConnectionPool[Any] | None = None
-        self.pid = os.getpid()
 
     def connect(self) -> Conn:
         """A new connection of its own, outside the pool, in autocommit mode (a listener's:
@@ -211,16 +224,7 @@ class Db:
 
     def _pool(self, session_id: str | None) -> ConnectionPool[Any]:
         with self.lock:
-            if self.closed:
-                raise StoreClosedError(
-                    f"the PostgreSQL store at {self.address} (schema {self.schema!r}) is "
-                    "closed: open a new PostgresStore",
-                    address=self.address,
-                    session_id=session_id,
-                )
-            if self.pid != os.getpid():  # forked: never share the parent's connections
-                self.pool = None
-                self.pid = os.getpid()
+            self.check_open(session_id)
             if not (self.ready and self.mark_checked):
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     if not self.ready:
@@ -300,26 +304,13 @@ class Db:
         assert error is not None
         raise error  # outside the except blocks: nothing chained holds the psycopg error
 
-    def translate(self, exc: psycopg.Error, what: str, session_id: str | None) -> StoreError:
-        """The lousho error for a psycopg error (never chained to it)."""
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        if self._password:
-            detail = detail.replace(self._password, "***")
-        text = f"could not {what} {self.where}: {detail}"
-        kw: dict[str, Any] = {"address": self.address, "session_id": session_id}
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            return StoreUnavailableError(f"{text} (is the server running and reachable?)", **kw)
-        if isinstance(exc, psycopg.DataError):
-            return StoreCorruptError(
-                f"could not {what} {self.where}: a stored value cannot be read (it was left "
-                "as it was; the value is not shown)",
-                **kw,
-            )
-        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
-            return StoreCorruptError(
-                f"{text} (the schema's tables were changed or dropped by hand)", **kw
-            )
-        return StoreError(text, **kw)
+    def reopen(self) -> None:
+        """After a fork: a pool of this process's own (made on first use)."""
+        self.pool = None
+
+    def detail(self, exc: BaseException | str) -> str:
+        """The driver's text on one line, with the password scrubbed."""
+        return super().detail(" ".join(str(exc).split()) or type(exc).__name__)
 
     def corrupt(self, problem: str, session_id: str | None = None) -> StoreCorruptError:
         """A StoreCorruptError naming the address, for ``problem`` (no stored content)."""
@@ -329,12 +320,9 @@ class Db:
             session_id=session_id,
         )
 
-    def close(self) -> None:
-        """Close the pool (idempotent)."""
+    def shut(self) -> None:
+        """Close the pool."""
         with self.lock:
-            if self.closed:
-                return
-            self.closed = True
             pool, self.pool = self.pool, None
         if pool is not None and self.pid == os.getpid():
             pool.close()

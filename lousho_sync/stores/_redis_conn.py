@@ -22,16 +22,15 @@ from redis.retry import Retry
 
 from ..errors import (
     ConfigError,
-    StoreClosedError,
     StoreCorruptError,
     StoreDurabilityWarning,
-    StoreError,
     StoreTooNewError,
     StoreUnavailableError,
 )
 from ..records import Fence
 from . import _redis_scripts as lua
-from ._common import encrypted_refusal, lease_lost, unstorable
+from ._common import encrypted_refusal, unstorable
+from ._engine.backend import Backend, Translation
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -76,9 +75,13 @@ def _address(client: redis.Redis) -> tuple[str, str | None]:
     return address, password if isinstance(password, str) and password else None
 
 
-class Conn:
+class Conn(Backend):
     """The client, its address, the key prefix and the scripts. Thread-safe: ``lock``
     guards ``closed`` and ``layout_checked``."""
+
+    kind = "Redis"
+    store_class = "RedisStore"
+    address: str
 
     def __init__(self, url_or_client: str | redis.Redis, prefix: str) -> None:
         if not isinstance(prefix, str):
@@ -106,10 +109,21 @@ class Conn:
                 "RedisStore needs a Redis URL or a redis.Redis client, got "
                 f"{type(url_or_client).__name__}"
             )
-        self.address, self._password = _address(self.client)
+        address, password = _address(self.client)
+        super().__init__(f"in the Redis store at {address}", address=address, secret=password)
         self.prefix = prefix
-        self.lock = threading.Lock()
-        self.closed = False
+        self.table = (
+            Translation(
+                (redis_errors.ConnectionError, redis_errors.TimeoutError,
+                 redis_errors.ReadOnlyError),
+                StoreUnavailableError, "is the server running and reachable?"),
+            Translation(lambda exc: isinstance(exc, redis_errors.ResponseError)
+                        and "WRONGTYPE" in str(exc), StoreCorruptError,
+                        f"a key under the prefix {prefix!r} holds another kind of value; it "
+                        "was left as it was: choose another prefix"),
+            Translation(redis_errors.OutOfMemoryError, StoreUnavailableError,
+                        "the server is out of memory"),
+        )
         self.layout_checked = False
         self.wrapped = False  # used through EncryptedStore (mark_encrypted)
         self.mark_checked = False  # the encryption mark was checked (or written)
@@ -144,27 +158,16 @@ class Conn:
         """The key of ``fence``'s session token (a placeholder for an unfenced write)."""
         return self.key("fence:", "" if fence is None else fence.session_id)
 
-    def check_fenced(self, out: Any, fence: Fence | None) -> Any:
-        """``out``, the reply of a fenced script; LeaseLostError when it was refused."""
-        if out[0] == -1 and fence is not None:
-            raise lease_lost(
-                fence.session_id,
-                int(out[1]),
-                fence.token,
-                f"in the Redis store at {self.address}",
-                address=self.address,
-            )
-        return out
+    @staticmethod
+    def refused(out: Any) -> int:
+        """The newest token when ``out``, the reply of a fenced script, says it refused
+        the write (0: written)."""
+        return int(out[1]) if out[0] == -1 else 0
 
     def run(self, what: str, fn: Callable[[redis.Redis], _T], session_id: str | None = None) -> _T:
         """Call ``fn(client)``; translate redis-py errors into StoreErrors."""
         with self.lock:
-            if self.closed:
-                raise StoreClosedError(
-                    f"the Redis store at {self.address} is closed: open a new RedisStore",
-                    address=self.address,
-                    session_id=session_id,
-                )
+            self.check_open(session_id)
             check = not self.layout_checked
             mark = not self.mark_checked
         try:
@@ -214,47 +217,14 @@ class Conn:
         with self.lock:
             self.mark_checked = True
 
-    def translate(
-        self, exc: redis_errors.RedisError, what: str, session_id: str | None = None
-    ) -> StoreError:
-        """The lousho error for a redis-py error (the caller chains it)."""
-        detail = str(exc)
-        if self._password:
-            detail = detail.replace(self._password, "***")
-        text = f"could not {what} in the Redis store at {self.address}: {detail}"
-        kw: dict[str, Any] = {"address": self.address, "session_id": session_id}
-        if isinstance(
-            exc,
-            redis_errors.ConnectionError | redis_errors.TimeoutError | redis_errors.ReadOnlyError,
-        ):
-            return StoreUnavailableError(f"{text} (is the server running and reachable?)", **kw)
-        if isinstance(exc, redis_errors.ResponseError) and "WRONGTYPE" in detail:
-            return StoreCorruptError(
-                f"{text} (a key under the prefix {self.prefix!r} holds another kind of value; "
-                "it was left as it was: choose another prefix)",
-                **kw,
-            )
-        if isinstance(exc, redis_errors.OutOfMemoryError):
-            return StoreUnavailableError(f"{text} (the server is out of memory)", **kw)
-        return StoreError(text, **kw)
-
     def corrupt(
         self, exc: Exception, what: str, session_id: str | None = None
     ) -> StoreCorruptError:
         """A StoreCorruptError naming the key and address, for a codec error about ``what``."""
-        return StoreCorruptError(
-            f"{what} in the Redis store at {self.address} cannot be read (it was left as it "
-            f"was): {exc}",
-            address=self.address,
-            session_id=session_id,
-        )
+        return self.unreadable(what, exc, session_id)
 
-    def close(self) -> None:
-        """Mark closed; close the client when this store made it (idempotent)."""
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
+    def shut(self) -> None:
+        """Close the client when this store made it."""
         if self.owns_client:
             self.client.close()
 

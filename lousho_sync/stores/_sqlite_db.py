@@ -22,13 +22,13 @@ from typing import TypeVar
 
 from ..errors import (
     ConfigError,
-    StoreClosedError,
     StoreCorruptError,
     StoreError,
     StoreTooNewError,
     StoreUnavailableError,
 )
 from ._common import encrypted_refusal, unstorable
+from ._engine.backend import Backend, Translation
 from ._sqlite_driver import (
     CHECKPOINT_WAL_BYTES,
     check_not_open_elsewhere,
@@ -93,26 +93,39 @@ Conn = sqlite3.Connection
 """A connection (what ``Db.run`` hands its function)."""
 
 
-class Db:
+class Db(Backend):
     """The connection, its lock and the file's path. Thread-safe: ``lock`` guards ``conn``
     and ``closed``."""
+
+    kind = "SQLite"
+    store_class = "SqliteStore"
+    path: str
 
     def __init__(self, path: str | os.PathLike[str], synchronous: str) -> None:
         if synchronous not in _SYNCHRONOUS:
             raise ConfigError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.memory = os.fspath(path) == ":memory:"
-        self.path = ":memory:" if self.memory else str(Path(path).absolute())
+        where = ":memory:" if self.memory else str(Path(path).absolute())
+        super().__init__(f"in the SQLite store at {where}", path=where)
         self.synchronous = _SYNCHRONOUS[synchronous]
         self.driver = pin_driver(self.path)
         self.errors: type[Exception] = self.driver.Error
+        self.table = (
+            Translation(quotes_stored_text, StoreCorruptError,
+                        "a stored text value is not valid UTF-8 (the file is damaged; it was "
+                        "left as it was; the value is not shown)", hide_detail=True),
+            Translation(_is_corrupt, StoreCorruptError,
+                        "the file is damaged or not a SQLite database; it was left as it was"),
+            Translation(is_busy, StoreUnavailableError,
+                        f"still locked by another connection after {BUSY_TIMEOUT_S:.0f} s"),
+            Translation(self.driver.OperationalError, StoreUnavailableError),
+        )
         # The WAL-reset guard (see _sqlite_driver): no automatic checkpoints; the store
         # checkpoints under the write lock itself.
         self.guard = not self.memory and wal_reset_affected(self.driver.sqlite_version_info)
         self.wal = self.path + "-wal"
         self.checkpointer: Conn | None = None  # the guard's second connection, lazily
         self.unchecked = 0  # rows changed since the guard last looked at the WAL's size
-        self.lock = threading.Lock()
-        self.closed = False
         self.wrapped = False  # used through EncryptedStore (mark_encrypted)
         self.mark_checked = False  # the encryption mark was checked (or written)
         self.real = None if self.memory else os.path.realpath(self.path)
@@ -131,7 +144,6 @@ class Db:
         if self.guard:
             warn_wal_reset_once(self.driver, self.path)
         self.level = self.synchronous  # the connection's current PRAGMA synchronous
-        self.pid = os.getpid()
 
     # --- opening ------------------------------------------------------------------------
     def _open(self) -> Conn:
@@ -241,17 +253,7 @@ class Db:
                 session_id=session_id,
             )
         try:
-            if self.closed:
-                raise StoreClosedError(
-                    f"the SQLite store at {self.path} is closed: open a new SqliteStore",
-                    path=self.path,
-                    session_id=session_id,
-                )
-            if self.pid != os.getpid():  # forked: never share a connection with the parent
-                self.conn = self._open()
-                self.checkpointer = None
-                self.level = self.synchronous
-                self.pid = os.getpid()
+            self.check_open(session_id)
             conn = self.conn
             level = self.synchronous if sync else "NORMAL"
             if level != self.level:
@@ -338,46 +340,11 @@ class Db:
         _log.debug("checkpointed %s: %s of %s WAL frames (busy=%s)", self.path, done, frames,
                    busy)
 
-    def translate(self, exc: Exception, what: str, session_id: str | None = None) -> StoreError:
-        """The lousho error for a driver error (the caller chains it, unless the driver's
-        text quotes a stored value: see :func:`._sqlite_rows.quotes_stored_text`)."""
-        if quotes_stored_text(exc):
-            return StoreCorruptError(
-                f"could not {what} in the SQLite store at {self.path}: a stored text value "
-                "is not valid UTF-8 (the file is damaged; it was left as it was; the value is "
-                "not shown)",
-                path=self.path,
-                session_id=session_id,
-            )
-        code = getattr(exc, "sqlite_errorcode", None)
-        primary = None if code is None else code & 0xFF
-        text = f"could not {what} in the SQLite store at {self.path}: {exc}"
-        if primary in _CORRUPT_CODES or (primary is None and "not a database" in str(exc)):
-            return StoreCorruptError(
-                f"{text} (the file is damaged or not a SQLite database; it was left as it was)",
-                path=self.path,
-                session_id=session_id,
-            )
-        if is_busy(exc):
-            return StoreUnavailableError(
-                f"{text} (still locked by another connection after {BUSY_TIMEOUT_S:.0f} s)",
-                path=self.path,
-                session_id=session_id,
-            )
-        if isinstance(exc, self.driver.OperationalError):
-            return StoreUnavailableError(text, path=self.path, session_id=session_id)
-        return StoreError(text, path=self.path, session_id=session_id)
-
-    def corrupt(
-        self, exc: Exception, what: str, session_id: str | None = None
-    ) -> StoreCorruptError:
-        """A StoreCorruptError naming the path, for a codec error about ``what`` (raise it
-        unchained: the codec error's cause holds the stored text)."""
-        return StoreCorruptError(
-            f"{what} in the SQLite store at {self.path} cannot be read: {exc}",
-            path=self.path,
-            session_id=session_id,
-        )
+    def reopen(self) -> None:
+        """After a fork: a connection of this process's own."""
+        self.conn = self._open()
+        self.checkpointer = None
+        self.level = self.synchronous
 
     def _forget(self) -> None:
         if self.real is None:
@@ -390,7 +357,7 @@ class Db:
                 _open_files.pop(self.real, None)
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent; under the lock, so no call is using it)."""
         with self.lock:
             if self.closed:
                 return
@@ -402,7 +369,14 @@ class Db:
                 self.conn.close()
 
 
-def is_busy(exc: Exception) -> bool:
+def _is_corrupt(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "not a database" in str(exc)
+    return code & 0xFF in _CORRUPT_CODES
+
+
+def is_busy(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in _BUSY_CODES

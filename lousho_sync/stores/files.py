@@ -1,7 +1,7 @@
 """File-based stores: one machine, inspectable JSON files.
 
 * :class:`FileStorage` — the :class:`~lousho_sync.stores.base.StorageService` over a root
-  directory: atomic puts, a cross-process lock per key.
+  directory: atomic puts, a cross-process lock per key (in :mod:`.storage`, as the next two).
 * :class:`FileSessionStore` — ``<dir>/<id>.json`` per session (one document), with
   ``append`` under a per-id file lock, a per-session lease and the session catalog.
 * :class:`LocalStorageCheckpointStore` and :class:`StorageServiceApprovalStore` — checkpoints
@@ -44,11 +44,9 @@ import heapq
 import json
 import logging
 import os
-import re
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -68,21 +66,14 @@ from .._message_form import (
 from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import (
-    dumps_approval,
-    dumps_checkpoint,
     dumps_messages,
-    loads_approval,
-    loads_checkpoint,
     loads_messages,
     message_to_dict,
 )
 from ..errors import (
-    ApprovalNotFoundError,
     InvalidInputError,
     SessionExistsError,
     StoreCorruptError,
-    StoreError,
-    StoreUnavailableError,
 )
 from ..ids import is_session_id
 from ..messages import Message
@@ -92,13 +83,22 @@ from ._common import (
     check_older_than,
     check_owner,
     check_ttl,
-    encrypted_refusal,
     validate_session_id,
 )
 from ._events import prune_events
 from ._file_events import FileEventOps
 from ._lease import make_owner, poll_until
-from .base import ApprovalRecord, Checkpoint, Fence, StorageService, now, resolved
+from .base import Fence, now
+from .storage import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    EncryptionMark,
+    FileStorage,
+    LocalStorageCheckpointStore,
+    StorageServiceApprovalStore,
+    atomic_write,
+    file_lock,
+    unavailable,
+)
 
 __all__ = [
     "FileSessionStore",
@@ -109,221 +109,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}"
-_KEY_RE = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})?")
-_NAME_RE = re.compile(_SEGMENT)
-_DEFAULT_LOCK_TIMEOUT_S = 30.0
-
-
-def _unavailable(action: str, path: Path, exc: OSError, session_id: str | None = None) -> Exception:
-    reason = exc.strerror or str(exc)
-    return StoreUnavailableError(
-        f"cannot {action} {path}: {reason}", path=str(path), session_id=session_id
-    )
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms that cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - filesystems without directory fsync
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temp file in the same directory.
-
-    The file's mtime is set from the nanosecond clock, so revision tokens differ between
-    two writes even when the filesystem's own timestamps are coarse.
-    """
-    directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            stamp = time.time_ns()
-            os.utime(f.fileno(), ns=(stamp, stamp))
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-
-
-@contextlib.contextmanager
-def _file_lock(lock_path: Path, timeout: float, session_id: str | None = None) -> Iterator[None]:
-    # A fresh FileLock (own descriptor) per hold: flock then excludes other threads of this
-    # process as well as other processes.
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(lock_path), thread_local=False)
-        lock.acquire(timeout=timeout)
-    except filelock.Timeout as exc:
-        raise StoreUnavailableError(
-            f"could not lock {lock_path} within {timeout} s: another process or thread holds "
-            "it; retry later",
-            path=str(lock_path),
-            session_id=session_id,
-        ) from exc
-    except OSError as exc:
-        raise _unavailable("lock", lock_path, exc, session_id) from exc
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _folders(root: Path, prefix: str) -> list[str]:
-    try:
-        entries = list(os.scandir(root))
-    except FileNotFoundError:
-        return []
-    return [
-        e.name
-        for e in entries
-        if e.name.startswith(prefix) and _NAME_RE.fullmatch(e.name) and e.is_dir()
-    ]
-
-
-def _names(directory: Path, folder: str) -> list[str]:
-    try:
-        entries = list(os.scandir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [folder + e.name for e in entries if _NAME_RE.fullmatch(e.name) and e.is_file()]
-
-
-class _EncryptionMark:
-    """The file ``<root>/encrypted`` of a FileStore written through EncryptedStore: written
-    at the first use after ``mark_encrypted``; a plain FileStore refuses a root that has it
-    (checked once, at its first use). Thread-safe: ``lock`` guards the flags."""
-
-    def __init__(self, root: Path) -> None:
-        self.path = root / "encrypted"
-        self.wrapped = False
-        self.checked = False
-        self.lock = threading.Lock()
-
-    def mark(self) -> None:
-        with self.lock:
-            self.wrapped, self.checked = True, False
-
-    def __call__(self) -> None:
-        if self.checked:
-            return
-        with self.lock:
-            if self.checked:
-                return
-            try:
-                if self.wrapped:
-                    if not self.path.exists():
-                        _atomic_write(self.path, b"written through lousho's EncryptedStore\n")
-                elif self.path.exists():
-                    root = str(self.path.parent)
-                    raise encrypted_refusal(f"at {root}", path=root)
-            except OSError as exc:
-                raise _unavailable("mark", self.path, exc) from exc
-            self.checked = True
-
-
-class FileStorage:
-    """A :class:`~lousho_sync.stores.base.StorageService` over the directory ``root``.
-
-    Keys are one name or ``folder/name`` (letters, digits, ``.``, ``_``, ``-``; a name does
-    not start with ``.``; at most 200 characters each). ``root`` is created on the first
-    put. Puts are atomic; ``lock(key)`` is a cross-process file lock on the hidden sibling
-    ``.<name>.lock``, also exclusive between threads. Thread-safe: it holds no mutable
-    state.
-    """
-
-    def __init__(
-        self, root: str | os.PathLike[str], *, lock_timeout_s: float = _DEFAULT_LOCK_TIMEOUT_S
-    ) -> None:
-        self._root = Path(root)
-        self._lock_timeout_s = lock_timeout_s
-        self._guard: Callable[[], None] | None = None  # FileStore's encryption mark
-
-    def __repr__(self) -> str:
-        return f"FileStorage({str(self._root)!r})"
-
-    @property
-    def root(self) -> Path:
-        """The root directory."""
-        return self._root
-
-    def path_for(self, key: str) -> Path:
-        """The file that holds ``key`` (StoreError for a key that breaks the rule)."""
-        if self._guard is not None:
-            self._guard()
-        if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-            raise StoreError(
-                f"invalid storage key {key!r} under {self._root}: a key is a name or "
-                "folder/name of letters, digits, '.', '_' and '-', not starting with '.'",
-                path=str(self._root),
-            )
-        return self._root / key
-
-    def get(self, key: str) -> bytes | None:
-        """The value of ``key``, or None."""
-        path = self.path_for(key)
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise _unavailable("read", path, exc) from exc
-
-    def put(self, key: str, value: bytes) -> None:
-        """Write ``value`` atomically (temp file, fsync, rename)."""
-        path = self.path_for(key)
-        try:
-            _atomic_write(path, value)
-        except OSError as exc:
-            raise _unavailable("write", path, exc) from exc
-
-    def delete(self, key: str) -> None:
-        """Delete ``key`` (no error when absent)."""
-        path = self.path_for(key)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise _unavailable("delete", path, exc) from exc
-
-    def list(self, prefix: str = "") -> list[str]:
-        """Keys starting with ``prefix``, sorted."""
-        if self._guard is not None:
-            self._guard()
-        folder, sep, _ = prefix.partition("/")
-        try:
-            if sep:
-                if not _NAME_RE.fullmatch(folder):
-                    return []
-                keys = _names(self._root / folder, folder + "/")
-            else:
-                keys = _names(self._root, "")
-                for name in _folders(self._root, prefix):
-                    keys += _names(self._root / name, name + "/")
-        except OSError as exc:
-            raise _unavailable("list", self._root, exc) from exc
-        return sorted(k for k in keys if k.startswith(prefix))
-
-    def lock(self, key: str) -> AbstractContextManager[None]:
-        """Hold ``key``'s lock (across processes and threads) while the block runs;
-        StoreUnavailableError when it cannot be had within ``lock_timeout_s``."""
-        path = self.path_for(key)
-        return _file_lock(path.with_name(f".{path.name}.lock"), self._lock_timeout_s)
 
 
 @attrs.define(slots=True)
@@ -481,7 +266,7 @@ class FileSessionStore:
     """
 
     def __init__(
-        self, dir: str | os.PathLike[str], *, lock_timeout_s: float = _DEFAULT_LOCK_TIMEOUT_S
+        self, dir: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
     ) -> None:
         self._path = Path(dir)
         self._guard: Callable[[], None] | None = None  # FileStore's encryption mark
@@ -521,7 +306,7 @@ class FileSessionStore:
         return self._dir / f"{id}.history.json"
 
     def _lock(self, id: str) -> AbstractContextManager[None]:
-        return _file_lock(self._dir / f"{id}.lock", self._lock_timeout_s, id)
+        return file_lock(self._dir / f"{id}.lock", self._lock_timeout_s, id)
 
     def _where(self, id: str) -> str:
         return f"session {id!r} in the file store at {self._dir}"
@@ -532,7 +317,7 @@ class FileSessionStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _unavailable("read", path, exc, id) from exc
+            raise unavailable("read", path, exc, id) from exc
 
     def _read_doc(self, id: str, path: Path) -> tuple[list[Message], int] | None:
         data = self._read_bytes(id, path)
@@ -559,12 +344,12 @@ class FileSessionStore:
             except FileNotFoundError:
                 return None
             except OSError as exc:
-                raise _unavailable("read", self._meta_path(id), exc, id) from exc
+                raise unavailable("read", self._meta_path(id), exc, id) from exc
             try:
                 with open(fd, "rb", closefd=True) as f:
                     data = f.read()
             except OSError as exc:
-                raise _unavailable("read", self._meta_path(id), exc, id) from exc
+                raise unavailable("read", self._meta_path(id), exc, id) from exc
         if data is None:
             return None
         try:
@@ -596,9 +381,9 @@ class FileSessionStore:
 
     def _write(self, id: str, path: Path, data: bytes) -> None:
         try:
-            _atomic_write(path, data)
+            atomic_write(path, data)
         except OSError as exc:
-            raise _unavailable("write", path, exc, id) from exc
+            raise unavailable("write", path, exc, id) from exc
 
     def _unlink(self, id: str, path: Path) -> None:
         try:
@@ -606,7 +391,7 @@ class FileSessionStore:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise _unavailable("delete", path, exc, id) from exc
+            raise unavailable("delete", path, exc, id) from exc
 
     def _rev(self, id: str, path: Path) -> Rev:
         try:
@@ -614,7 +399,7 @@ class FileSessionStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _unavailable("stat", path, exc, id) from exc
+            raise unavailable("stat", path, exc, id) from exc
         return (st.st_mtime_ns, st.st_size)
 
     def _current(self, id: str) -> _Row | None:
@@ -760,7 +545,7 @@ class FileSessionStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _unavailable("stat", path, exc, id) from exc
+            raise unavailable("stat", path, exc, id) from exc
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def ids(self) -> builtins.list[str]:
@@ -770,7 +555,7 @@ class FileSessionStore:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise _unavailable("list", self._dir, exc) from exc
+            raise unavailable("list", self._dir, exc) from exc
         found = {n[:-5] for n in names if n.endswith(".json") and is_session_id(n[:-5])}
         for n in names:
             sid = n[:-10]
@@ -800,7 +585,7 @@ class FileSessionStore:
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _unavailable("create", self._dir, exc, id) from exc
+            raise unavailable("create", self._dir, exc, id) from exc
 
         def attempt() -> bool:
             with self._leases_lock:
@@ -825,7 +610,7 @@ class FileSessionStore:
                 except filelock.Timeout:
                     return False
                 except OSError as exc:
-                    raise _unavailable("lock", lease_path, exc, id) from exc
+                    raise unavailable("lock", lease_path, exc, id) from exc
                 try:
                     got.append(self._next_token(id))
                 except BaseException:
@@ -845,9 +630,9 @@ class FileSessionStore:
         token = self.fence_token(id) + 1
         path = self._fence_path(id)
         try:
-            _atomic_write(path, str(token).encode())
+            atomic_write(path, str(token).encode())
         except OSError as exc:
-            raise _unavailable("write", path, exc, id) from exc
+            raise unavailable("write", path, exc, id) from exc
         return token
 
     def fence_token(self, id: str) -> int:
@@ -1022,7 +807,7 @@ class FileSessionStore:
                 except FileNotFoundError:
                     pass
                 except OSError as exc:
-                    raise _unavailable("stat", Path(entry.path), exc, sid) from exc
+                    raise unavailable("stat", Path(entry.path), exc, sid) from exc
             row = _row(sid, self._read_meta(sid, dir_fd) if sid in sidecars else None, rev)
             if row is not None and (cursor is None or row.updated_at < cursor[0] or (
                     row.updated_at == cursor[0] and row.id > cursor[1])):
@@ -1052,165 +837,18 @@ class FileSessionStore:
         except FileNotFoundError:
             return SessionPage(())
         except OSError as exc:
-            raise _unavailable("list", self._dir, exc) from exc
+            raise unavailable("list", self._dir, exc) from exc
         rows: builtins.list[_Row] = []
         try:
             dir_fd = os.open(self._dir, os.O_RDONLY)
         except OSError as exc:
-            raise _unavailable("list", self._dir, exc) from exc
+            raise unavailable("list", self._dir, exc) from exc
         try:
             self._rows(transcripts, sidecars, cursor, rows, dir_fd)
         finally:
             os.close(dir_fd)
         ordered = heapq.nsmallest(limit + 1, rows, key=lambda r: (-r.updated_at, r.id))
         return page_from([self._info(r) for r in ordered], limit)
-
-
-def _storage(storage: StorageService | str | os.PathLike[str]) -> StorageService:
-    if isinstance(storage, (str, os.PathLike)):
-        return FileStorage(storage)
-    return storage
-
-
-def _where(storage: StorageService, key: str) -> str | None:
-    path_for: Any = getattr(storage, "path_for", None)
-    return str(path_for(key)) if callable(path_for) else None
-
-
-def _corrupt(storage: StorageService, key: str, what: str, exc: StoreCorruptError) -> Exception:
-    path = _where(storage, key)
-    return StoreCorruptError(
-        f"{what} {path or repr(key)} cannot be read ({exc}); it was left as it is",
-        path=path,
-    )
-
-
-class LocalStorageCheckpointStore:
-    """A :class:`~lousho_sync.stores.base.CheckpointStore` over a StorageService (or a
-    directory path, wrapped in :class:`FileStorage`): ``checkpoints/<key>.json``.
-
-    Keys are storage names (letters, digits, ``.``, ``_``, ``-``). Thread-safe when the
-    storage is.
-    """
-
-    _PREFIX = "checkpoints/"
-
-    def __init__(self, storage: StorageService | str | os.PathLike[str]) -> None:
-        self._storage = _storage(storage)
-
-    @property
-    def storage(self) -> StorageService:
-        """The underlying storage."""
-        return self._storage
-
-    def _key(self, key: str) -> str:
-        return f"{self._PREFIX}{key}.json"
-
-    def load(self, key: str) -> Checkpoint | None:
-        """The checkpoint, or None; StoreCorruptError when unreadable."""
-        skey = self._key(key)
-        data = self._storage.get(skey)
-        if data is None:
-            return None
-        try:
-            return loads_checkpoint(data)
-        except StoreCorruptError as exc:
-            raise _corrupt(self._storage, skey, "checkpoint", exc) from exc
-
-    def save(self, key: str, checkpoint: Checkpoint) -> None:
-        """Write (replace) the checkpoint atomically."""
-        self._storage.put(self._key(key), dumps_checkpoint(checkpoint).encode())
-
-    def delete(self, key: str) -> None:
-        """Delete the checkpoint (no error when absent)."""
-        self._storage.delete(self._key(key))
-
-    def keys(self, prefix: str) -> list[str]:
-        """Checkpoint keys starting with ``prefix``, sorted."""
-        start = len(self._PREFIX)
-        keys = (
-            k[start:-5] for k in self._storage.list(self._PREFIX + prefix) if k.endswith(".json")
-        )
-        return sorted(k for k in keys if k.startswith(prefix))
-
-
-_APPROVAL_ID_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
-
-
-class StorageServiceApprovalStore:
-    """An :class:`~lousho_sync.stores.base.ApprovalStore` over a StorageService (or a
-    directory path, wrapped in :class:`FileStorage`): ``approvals/<id>.json``.
-
-    ``resolve`` takes ``storage.lock("approvals/<id>")`` and re-reads the record, so exactly
-    one caller wins across threads and processes. Approval ids are 1 to 128 letters,
-    digits, ``.``, ``_``, ``-`` (not starting with ``.``). Thread-safe when the storage is.
-    """
-
-    _PREFIX = "approvals/"
-
-    def __init__(self, storage: StorageService | str | os.PathLike[str]) -> None:
-        self._storage = _storage(storage)
-
-    @property
-    def storage(self) -> StorageService:
-        """The underlying storage."""
-        return self._storage
-
-    @staticmethod
-    def _valid(id: object) -> bool:
-        return isinstance(id, str) and _APPROVAL_ID_RE.fullmatch(id) is not None
-
-    def _read(self, id: str) -> ApprovalRecord | None:
-        key = f"{self._PREFIX}{id}.json"
-        data = self._storage.get(key)
-        if data is None:
-            return None
-        try:
-            return loads_approval(data)
-        except StoreCorruptError as exc:
-            raise _corrupt(self._storage, key, "approval record", exc) from exc
-
-    def create(self, record: ApprovalRecord) -> None:
-        """Store ``record`` (replacing a record with the same id)."""
-        if not self._valid(record.id):
-            raise StoreError(
-                f"invalid approval id {record.id!r}: an approval id is 1 to 128 letters, "
-                "digits, '.', '_' or '-', not starting with '.'",
-                session_id=record.session_id,
-            )
-        self._storage.put(f"{self._PREFIX}{record.id}.json", dumps_approval(record).encode())
-
-    def get(self, id: str) -> ApprovalRecord | None:
-        """The record, or None."""
-        return self._read(id) if self._valid(id) else None
-
-    def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
-    ) -> ApprovalRecord:
-        """Resolve once across threads and processes (by ``by``): the winner gets the
-        resolved record, later callers ApprovalAlreadyResolvedError; an unknown id
-        ApprovalNotFoundError."""
-        if not self._valid(id):
-            raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
-        with self._storage.lock(f"{self._PREFIX}{id}"):
-            record = resolved(self._read(id), id, approved=approved, reason=reason, by=by)
-            self._storage.put(f"{self._PREFIX}{id}.json", dumps_approval(record).encode())
-        return record
-
-    def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records (of one session, or all), oldest first."""
-        records = []
-        for key in self._storage.list(self._PREFIX):
-            if not key.endswith(".json"):
-                continue
-            record = self._read(key[len(self._PREFIX) : -5])
-            if (
-                record is not None
-                and record.status == "pending"
-                and (session_id is None or record.session_id == session_id)
-            ):
-                records.append(record)
-        return sorted(records, key=lambda r: (r.created_at, r.id))
 
 
 class FileStore:
@@ -1220,7 +858,7 @@ class FileStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
-        self._mark = _EncryptionMark(self.root)
+        self._mark = EncryptionMark(self.root)
         storage = FileStorage(self.root / "state")
         storage._guard = self._mark
         self.sessions = FileSessionStore(self.root / "sessions")

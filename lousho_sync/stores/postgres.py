@@ -75,44 +75,33 @@ from ..catalog import (
     metadata_from_json,
     page_from,
 )
-from ..codec import (
-    approval_json_resolved_by,
-    dumps_approval,
-    dumps_checkpoint,
-    dumps_message,
-    loads_approval,
-    loads_checkpoint,
-    loads_message,
-    loads_message_texts,
-)
-from ..errors import (
-    ApprovalAlreadyResolvedError,
-    ApprovalNotFoundError,
-    SessionExistsError,
-    StoreCorruptError,
-)
+from ..codec import dumps_message, loads_message, loads_message_texts
+from ..errors import SessionExistsError, StoreCorruptError
 from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
 from ._common import (
     Closing,
     LeaseForwarding,
-    check_fence,
-    check_length,
     check_older_than,
-    check_owner,
-    check_ttl,
-    commit_token,
     fence_token_of,
-    overlay,
-    resolved_at,
     validate_session_id,
 )
+from ._engine.approvals import ApprovalRules
+from ._engine.checkpoints import CheckpointRules
+from ._engine.commits import AppendRules, CommitRules
+from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
-from ._lease import owner_is_dead, poll_until
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
 from ._postgres_events import PostgresEventOps
-from .base import ApprovalRecord, Checkpoint
+from ._postgres_ops import (
+    INSERT_MESSAGES,
+    PostgresApprovals,
+    PostgresCheckpoints,
+    PostgresCommits,
+    PostgresLeases,
+    locked_token,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -135,27 +124,6 @@ _LOAD_LEAN = (
     " FROM {s}.sessions s LEFT JOIN {s}.messages m ON m.session_key = s.key WHERE s.id = %s"
     " ORDER BY m.seq"
 )
-_INSERT_MESSAGES = (
-    "INSERT INTO {s}.messages (session_key, seq, json) SELECT %s, %s + t.o - 1, t.j"
-    " FROM unnest(%s::text[]) WITH ORDINALITY AS t(j, o)"
-)
-# commit_turn's common case in one statement (one round trip, atomic in autocommit):
-# when the fence holds (the lease row locked, its token not newer) and the session holds
-# ``expected`` messages, append, drop the checkpoint, release the lease. No row back means
-# nothing was written; the transactional path then says why (or creates the session).
-_COMMIT_TURN = (
-    "WITH f AS (SELECT token FROM {s}.leases WHERE session_id = %(id)s AND %(token)s > 0"
-    " FOR UPDATE), u AS (UPDATE {s}.sessions SET length = length + %(n)s,"
-    " revision = revision + 1, op = %(op)s, updated_at = %(now)s WHERE id = %(id)s"
-    " AND length = %(expected)s AND coalesce((SELECT max(token) FROM f), 0) <= %(token)s"
-    " RETURNING key, revision), i AS (INSERT INTO {s}.messages (session_key, seq, json)"
-    " SELECT u.key, %(expected)s + t.o - 1, t.j FROM u,"
-    " unnest(%(texts)s::text[]) WITH ORDINALITY AS t(j, o)), d AS (DELETE FROM"
-    " {s}.checkpoints WHERE key = %(checkpoint)s AND EXISTS (SELECT FROM u)), r AS"
-    " (UPDATE {s}.leases SET owner = '', expires_at = 0 WHERE %(release)s"
-    " AND session_id = %(id)s AND token = %(token)s AND EXISTS (SELECT FROM u))"
-    " SELECT key, revision FROM u"
-)
 _INSERT_HISTORY = (
     "INSERT INTO {s}.history (session_key, seq, json) SELECT %s, (SELECT coalesce(max(seq)"
     " + 1, 0) FROM {s}.history WHERE session_key = %s) + t.o - 1, t.j"
@@ -174,11 +142,7 @@ def _fence(db: Db, c: Conn, id: str, token: int) -> None:
     """Inside the caller's transaction: lock ``id``'s lease row; LeaseLostError when a
     token newer than ``token`` (0: no fence, no lock) was handed out."""
     if token:
-        row = c.execute(
-            db.q("SELECT token FROM {s}.leases WHERE session_id = %s FOR UPDATE"), (id,)
-        ).fetchone()
-        check_fence(id, 0 if row is None else int(row[0]), token, db.where,
-                    address=db.address)
+        check_newest(db, id, locked_token(db, c, id), token)
 
 
 def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
@@ -228,7 +192,7 @@ def _replace(db: Db, c: Conn, id: str, texts: list[str], op: str | None) -> int 
     if row is None:
         return None
     c.execute(db.q("DELETE FROM {s}.messages WHERE session_key = %s"), (row[0],))
-    c.execute(db.q(_INSERT_MESSAGES), (row[0], 0, texts))
+    c.execute(db.q(INSERT_MESSAGES), (row[0], 0, texts))
     return int(row[0])
 
 
@@ -249,7 +213,7 @@ def _clear(db: Db, c: Conn, id: str, *, keep_metadata: bool) -> None:
         c.execute(db.q("DELETE FROM {s}.sessions WHERE key = %s"), (row[0],))
 
 
-class PostgresSessionStore:
+class PostgresSessionStore(LeaseRules, AppendRules):
     """Transcripts, one row per message; ``append`` is one transaction of the turn's rows.
 
     Also the per-session lease with fence tokens (SPEC §5), ``revision`` and ``ids``. Writes
@@ -262,6 +226,8 @@ class PostgresSessionStore:
     def __init__(self, db: Db, combined: PostgresStore) -> None:
         self._db = db
         self.combined = combined
+        self._leases = PostgresLeases(db)
+        self._commits = PostgresCommits(db)
         self._events = PostgresEventOps(db)
 
     def event_ops(self) -> PostgresEventOps:
@@ -319,28 +285,6 @@ class PostgresSessionStore:
 
         db.run("delete a session", write, id)
 
-    def append(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int,
-        fence: Fence | None = None,
-    ) -> None:
-        """Add a turn's messages in one transaction.
-
-        Raises StoreConflictError when the stored transcript does not hold exactly
-        ``expected_length`` messages (another writer appended first), and with ``fence``
-        LeaseLostError when a newer lease token exists; nothing is written then.
-        """
-        self.combined.commit_turn(
-            id, messages, expected_length=expected_length, checkpoint_key=None, fence=fence
-        )
-
-    def check_length(self, id: str, expected: int, actual: int) -> None:
-        """StoreConflictError when ``actual`` is not ``expected`` (naming this store)."""
-        check_length(id, expected, actual, self._db.where, address=self._db.address)
-
     def revision(self, id: str) -> object:
         """A token that changes on every write of ``id``'s transcript; None when absent."""
         validate_session_id(id)
@@ -360,90 +304,6 @@ class PostgresSessionStore:
         rows = db.run("list sessions", lambda c: c.execute(
             db.q("SELECT id FROM {s}.sessions ORDER BY id")).fetchall())
         return [r[0] for r in rows]
-
-    # --- lease --------------------------------------------------------------------------
-    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
-        """Take the session's lease for ``ttl_s`` seconds: the new fence token (greater than
-        every token handed out before for ``id``, also when ``owner`` held it), or None
-        when not taken within ``wait_s`` seconds.
-
-        Taken when free, expired, already ``owner``'s, or held by a dead process on this
-        host; otherwise polled until ``wait_s`` seconds pass.
-        """
-        validate_session_id(id)
-        check_owner(owner)
-        check_ttl(ttl_s)
-        got: list[int] = []
-
-        def attempt() -> bool:
-            token = self._try_acquire(id, owner, ttl_s)
-            if token:
-                got.append(token)
-            return bool(token)
-
-        return got[0] if poll_until(attempt, wait_s) else None
-
-    def _try_acquire(self, id: str, owner: str, ttl_s: float) -> int:
-        db = self._db
-
-        def attempt(c: Conn) -> tuple[int, str | None]:
-            now = time.time()
-            row = c.execute(db.q(
-                "INSERT INTO {s}.leases AS l (session_id, owner, expires_at, token)"
-                " VALUES (%s, %s, %s, 1) ON CONFLICT (session_id) DO UPDATE SET"
-                " owner = excluded.owner, expires_at = excluded.expires_at, token = l.token + 1"
-                " WHERE l.owner = excluded.owner OR l.expires_at <= %s RETURNING token"),
-                (id, owner, now + ttl_s, now)).fetchone()
-            if row is not None:
-                return int(row[0]), None
-            row = c.execute(db.q("SELECT owner FROM {s}.leases WHERE session_id = %s"),
-                            (id,)).fetchone()
-            return 0, None if row is None else row[0]
-
-        token, holder = db.run("acquire a lease", attempt, id)
-        if token or holder is None or not owner_is_dead(holder):
-            return token
-
-        def take_over(c: Conn) -> int:
-            row = c.execute(db.q(
-                "UPDATE {s}.leases SET owner = %s, expires_at = %s, token = token + 1"
-                " WHERE session_id = %s AND owner = %s RETURNING token"),
-                (owner, time.time() + ttl_s, id, holder)).fetchone()
-            return 0 if row is None else int(row[0])
-
-        token = db.run("take over a lease", take_over, id)
-        if token:
-            _log.info("session %s: took over the lease of dead owner %s", id, holder)
-        return token
-
-    def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
-        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
-        validate_session_id(id)
-        check_owner(owner)
-        check_ttl(ttl_s)
-        db = self._db
-        count = db.run("renew a lease", lambda c: c.execute(db.q(
-            "UPDATE {s}.leases SET expires_at = %s WHERE session_id = %s AND owner = %s"),
-            (time.time() + ttl_s, id, owner)).rowcount, id)
-        return count == 1
-
-    def release_lease(self, id: str, *, owner: str) -> None:
-        """Release the lease if ``owner`` holds it (otherwise do nothing); the fence token
-        stays."""
-        validate_session_id(id)
-        check_owner(owner)
-        db = self._db
-        db.run("release a lease", lambda c: c.execute(db.q(
-            "UPDATE {s}.leases SET owner = '', expires_at = 0"
-            " WHERE session_id = %s AND owner = %s"), (id, owner)), id)
-
-    def fence_token(self, id: str) -> int:
-        """The newest fence token handed out for ``id`` (0 when none)."""
-        validate_session_id(id)
-        db = self._db
-        row = db.run("read a fence token", lambda c: c.execute(
-            db.q("SELECT token FROM {s}.leases WHERE session_id = %s"), (id,)).fetchone(), id)
-        return 0 if row is None else int(row[0])
 
     # --- the catalog (Catalogued) -------------------------------------------------------
     def info(self, id: str) -> SessionInfo | None:
@@ -564,7 +424,7 @@ class PostgresSessionStore:
                         (id, len(texts), 1 if texts else 0, op, now, now, md)).fetchone()
                     if row is not None:
                         if texts:
-                            c.execute(db.q(_INSERT_MESSAGES), (row[0], 0, texts))
+                            c.execute(db.q(INSERT_MESSAGES), (row[0], 0, texts))
                         if old:
                             c.execute(db.q(_INSERT_HISTORY), (row[0], row[0], old))
                         return
@@ -602,186 +462,22 @@ class PostgresSessionStore:
         return page_from([_info(db, r) for r in rows], limit)
 
 
-class PostgresCheckpointStore:
-    """Checkpoints as opaque JSON by key (unknown fields round-trip); writes take
-    ``fence=`` (``fenced``). Thread-safe."""
-
-    fenced = True
+class PostgresCheckpointStore(CheckpointRules):
+    """The ``checkpoints`` table of a PostgresStore (the rules: the engine's)."""
 
     def __init__(self, db: Db) -> None:
-        self._db = db
-
-    def load(self, key: str) -> Checkpoint | None:
-        """The checkpoint, or None."""
-        db = self._db
-        row = db.run("load a checkpoint", lambda c: c.execute(
-            db.q("SELECT json FROM {s}.checkpoints WHERE key = %s"), (key,)).fetchone())
-        if row is None:
-            return None
-        try:
-            return loads_checkpoint(row[0])
-        except StoreCorruptError as exc:
-            error = db.corrupt(f"checkpoint {key!r} cannot be read: {exc};")
-        raise error  # unchained: the codec's cause holds the stored text
-
-    def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
-        """Write (replace) the checkpoint. With ``fence``, LeaseLostError (nothing written)
-        when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, checkpoint.session_id)
-        text = dumps_checkpoint(checkpoint)
-        db = self._db
-        upsert = db.q(
-            "INSERT INTO {s}.checkpoints (key, session_id, json, updated_at)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET"
-            " session_id = excluded.session_id, json = excluded.json,"
-            " updated_at = excluded.updated_at")
-        params = (key, checkpoint.session_id, text, time.time())
-
-        def write(c: Conn) -> None:
-            if not fence:
-                c.execute(upsert, params)
-                return
-            with c.transaction():
-                _fence(db, c, fence.session_id, token)
-                c.execute(upsert, params)
-
-        db.run("save a checkpoint", write, checkpoint.session_id)
-
-    def delete(self, key: str, *, fence: Fence | None = None) -> None:
-        """Delete the checkpoint (no error when absent). With ``fence``, LeaseLostError
-        (nothing deleted) when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, None)
-        db = self._db
-        remove = db.q("DELETE FROM {s}.checkpoints WHERE key = %s")
-
-        def write(c: Conn) -> None:
-            if not fence:
-                c.execute(remove, (key,))
-                return
-            with c.transaction():
-                _fence(db, c, fence.session_id, token)
-                c.execute(remove, (key,))
-
-        db.run("delete a checkpoint", write, fence.session_id if fence else None)
-
-    def keys(self, prefix: str) -> list[str]:
-        """Keys starting with ``prefix``, sorted (an index range scan)."""
-        db = self._db
-        rows = db.run("list checkpoints", lambda c: c.execute(db.q(
-            "SELECT key FROM {s}.checkpoints WHERE key >= %s ORDER BY key"), (prefix,)
-        ).fetchall())
-        out = []
-        for (key,) in rows:
-            if not key.startswith(prefix):
-                break
-            out.append(key)
-        return out
+        self._ops = PostgresCheckpoints(db)
 
 
-_APPROVAL_COLUMNS = "json, status, reason, resolved_at"
-
-
-class PostgresApprovalStore:
-    """Approval records; ``resolve`` is one conditional UPDATE, so exactly one caller across
-    threads and processes wins; ``create`` takes ``fence=`` (``fenced``). Thread-safe."""
-
-    fenced = True
+class PostgresApprovalStore(ApprovalRules):
+    """The ``approvals`` table of a PostgresStore; ``resolve`` is one ``UPDATE ... WHERE
+    status = 'pending'`` carrying an op token."""
 
     def __init__(self, db: Db) -> None:
-        self._db = db
-
-    def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
-        """Store a record (replacing one with the same id). With ``fence``, LeaseLostError
-        (nothing written) when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, record.session_id)
-        text = dumps_approval(record)
-        db = self._db
-        upsert = db.q(
-            "INSERT INTO {s}.approvals (id, session_id, status, reason, json, created_at,"
-            " resolved_at, op) VALUES (%s, %s, %s, %s, %s, %s, %s, NULL) ON CONFLICT (id)"
-            " DO UPDATE SET session_id = excluded.session_id, status = excluded.status,"
-            " reason = excluded.reason, json = excluded.json,"
-            " created_at = excluded.created_at, resolved_at = excluded.resolved_at, op = NULL")
-        params = (record.id, record.session_id, record.status, record.reason, text,
-                  record.created_at, resolved_at(record))
-
-        def write(c: Conn) -> None:
-            with c.transaction():
-                if fence:
-                    _fence(db, c, fence.session_id, token)
-                c.execute(upsert, params)
-
-        db.run("create an approval", write, record.session_id)
-
-    def get(self, id: str) -> ApprovalRecord | None:
-        """The record, or None."""
-        db = self._db
-        row = db.run("read an approval", lambda c: c.execute(db.q(
-            f"SELECT {_APPROVAL_COLUMNS} FROM {{s}}.approvals WHERE id = %s"), (id,)).fetchone())
-        return None if row is None else self._record(id, row)
-
-    def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
-    ) -> ApprovalRecord:
-        """Resolve once (by ``by``, written into the record's JSON in the same UPDATE): one
-        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
-        ApprovalNotFoundError."""
-        status = "approved" if approved else "denied"
-        op = uuid.uuid4().hex  # a retry after a lost reply sees its own win
-        db = self._db
-
-        def update(c: Conn) -> tuple[Any, ...]:
-            params: tuple[Any, ...]
-            sets, params = "", (status, reason, time.time(), op)
-            if by is not None:
-                old = c.execute(db.q("SELECT json FROM {s}.approvals WHERE id = %s"),
-                                (id,)).fetchone()
-                if old is not None:
-                    sets, params = ", json = %s", (*params, approval_json_resolved_by(old[0], by))
-            row = c.execute(db.q(
-                "UPDATE {s}.approvals SET status = %s, reason = %s, resolved_at = %s, op = %s"
-                f"{sets} WHERE id = %s AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}"),
-                (*params, id)).fetchone()
-            if row is not None:
-                return tuple(row)
-            found = c.execute(db.q(
-                f"SELECT {_APPROVAL_COLUMNS}, op FROM {{s}}.approvals WHERE id = %s"), (id,)
-            ).fetchone()
-            if found is None:
-                raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
-            if found[4] == op:
-                return tuple(found[:4])
-            raise ApprovalAlreadyResolvedError(
-                f"approval {id!r} was already {found[1]}", approval_id=id
-            )
-
-        return self._record(id, db.run("resolve an approval", update))
-
-    def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records (of one session, or all), oldest first."""
-        text = f"SELECT id, {_APPROVAL_COLUMNS} FROM {{s}}.approvals WHERE status = 'pending'"
-        params: tuple[str, ...] = ()
-        if session_id is not None:
-            text += " AND session_id = %s"
-            params = (session_id,)
-        db = self._db
-        rows = db.run("list approvals", lambda c: c.execute(
-            db.q(text + " ORDER BY created_at, id"), params).fetchall())
-        return [self._record(r[0], r[1:]) for r in rows]
-
-    def _record(self, id: str, row: Sequence[Any]) -> ApprovalRecord:
-        text, status, reason, resolved = row
-        try:
-            record = loads_approval(text)
-        except StoreCorruptError as exc:
-            error = self._db.corrupt(f"approval {id!r} cannot be read: {exc};")
-            record = None
-        if record is None:
-            raise error  # unchained: the codec's cause holds the stored text
-        return overlay(record, status, reason, resolved)
+        self._ops = PostgresApprovals(db)
 
 
-class PostgresStore(LeaseForwarding, Closing):
+class PostgresStore(CommitRules, LeaseForwarding, Closing):
     """Sessions, checkpoints, approvals and leases in a PostgreSQL database shared by many
     processes and machines; usable directly as an agent's ``store``.
 
@@ -812,6 +508,7 @@ class PostgresStore(LeaseForwarding, Closing):
         self.sessions = PostgresSessionStore(self._db, self)
         self.checkpoints = PostgresCheckpointStore(self._db)
         self.approvals = PostgresApprovalStore(self._db)
+        self._commits = self.sessions._commits
 
     @property
     def address(self) -> str:
@@ -822,95 +519,6 @@ class PostgresStore(LeaseForwarding, Closing):
     def schema(self) -> str:
         """The PostgreSQL schema holding the store's tables."""
         return self._db.schema
-
-    def commit_turn(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int,
-        checkpoint_key: str | None,
-        fence: Fence | None = None,
-        release: bool = False,
-    ) -> object:
-        """:meth:`~lousho_sync.stores.base.TurnCommitter.commit_turn` in ONE transaction:
-        fence check, length check, append, checkpoint delete, lease release. Nothing is
-        written when it raises. Returns the new ``sessions.revision(id)``."""
-        token = commit_token(id, fence, release)
-        texts = [dumps_message(m) for m in messages]
-        op = uuid.uuid4().hex  # a retry after a lost reply sees its own append
-        db, sessions = self._db, self.sessions
-
-        params = {"id": id, "n": len(texts), "expected": expected_length, "texts": texts,
-                  "op": op, "token": token, "checkpoint": checkpoint_key, "release": release}
-
-        def write(c: Conn) -> object:
-            if texts:
-                params["now"] = time.time()
-                row = c.execute(db.q(_COMMIT_TURN), params).fetchone()
-                if row is not None:
-                    return (int(row[0]), int(row[1]))
-                # nothing written: a conflict, a lost lease, a new session or this call's
-                # retry; the transaction below finds out which
-            with c.transaction():
-                if texts:  # this call's retry after a lost reply: it landed, whoever
-                    landed = c.execute(db.q(  # holds the lease now (a commit may release it)
-                        "SELECT key, revision FROM {s}.sessions WHERE id = %s AND op = %s"
-                        " AND length = %s"), (id, op, expected_length + len(texts))).fetchone()
-                    if landed is not None:
-                        return (int(landed[0]), int(landed[1]))
-                _fence(db, c, id, token)
-                if texts:
-                    revision = self._append_rows(c, id, texts, expected_length, op)
-                else:
-                    row = c.execute(db.q(
-                        "SELECT key, revision, length FROM {s}.sessions WHERE id = %s"),
-                        (id,)).fetchone()
-                    sessions.check_length(id, expected_length, 0 if row is None else row[2])
-                    revision = None if row is None or not row[2] else (int(row[0]),
-                                                                        int(row[1]))
-                if checkpoint_key is not None:
-                    c.execute(db.q("DELETE FROM {s}.checkpoints WHERE key = %s"),
-                              (checkpoint_key,))
-                if release:
-                    c.execute(db.q(
-                        "UPDATE {s}.leases SET owner = '', expires_at = 0"
-                        " WHERE session_id = %s AND token = %s"), (id, token))
-            return revision
-
-        return db.run("commit a turn", write, id)
-
-    def _append_rows(
-        self, c: Conn, id: str, texts: list[str], expected_length: int, op: str
-    ) -> object:
-        """Append rows inside the caller's transaction; returns the new revision token."""
-        db, n = self._db, len(texts)
-        row = c.execute(db.q(
-            "UPDATE {s}.sessions SET length = length + %s, revision = revision + 1, op = %s,"
-            " updated_at = %s WHERE id = %s AND length = %s RETURNING key, revision"),
-            (n, op, time.time(), id, expected_length)).fetchone()
-        if row is None:
-            found = c.execute(db.q(
-                "SELECT key, revision, length, op FROM {s}.sessions WHERE id = %s"), (id,)
-            ).fetchone()
-            if found is not None and found[3] == op and found[2] == expected_length + n:
-                return (int(found[0]), int(found[1]))  # this call's retry: it landed
-            if found is None and expected_length == 0:
-                now = time.time()  # a row created meanwhile with metadata only is appended to
-                row = c.execute(db.q(
-                    "INSERT INTO {s}.sessions AS x (id, length, revision, op, created_at,"
-                    " updated_at) VALUES (%s, %s, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE"
-                    " SET length = excluded.length, revision = x.revision + 1, op = excluded.op,"
-                    " updated_at = excluded.updated_at WHERE x.length = 0"
-                    " RETURNING key, revision"), (id, n, op, now, now)).fetchone()
-                if row is None:  # created meanwhile by another writer
-                    found = c.execute(db.q("SELECT 0, 0, length FROM {s}.sessions WHERE id = %s"),
-                                      (id,)).fetchone()
-            if row is None:
-                self.sessions.check_length(id, expected_length, 0 if found is None else found[2])
-                raise AssertionError("unreachable: the length check raises")
-        c.execute(db.q(_INSERT_MESSAGES), (row[0], expected_length, texts))
-        return (int(row[0]), int(row[1]))
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and

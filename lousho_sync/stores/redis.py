@@ -88,43 +88,33 @@ from ..catalog import (
     metadata_from_json,
     page_from,
 )
-from ..codec import (
-    approval_json_resolved_by,
-    dumps_approval,
-    dumps_checkpoint,
-    dumps_message,
-    loads_approval,
-    loads_checkpoint,
-    loads_message,
-)
-from ..errors import (
-    ApprovalAlreadyResolvedError,
-    ApprovalNotFoundError,
-    ConfigError,
-    SessionExistsError,
-    StoreCorruptError,
-)
+from ..codec import dumps_message, loads_message
+from ..errors import ConfigError, SessionExistsError, StoreCorruptError
 from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
 from ._common import (
     Closing,
     LeaseForwarding,
-    check_length,
     check_older_than,
-    check_owner,
-    check_ttl,
-    commit_token,
     fence_token_of,
-    overlay,
-    resolved_at,
     validate_session_id,
 )
+from ._engine.approvals import ApprovalRules
+from ._engine.checkpoints import CheckpointRules
+from ._engine.commits import AppendRules, CommitRules
+from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
-from ._lease import owner_is_dead, poll_until
-from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms, op_token
+from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms
 from ._redis_events import RedisEventOps
-from .base import ApprovalRecord, Checkpoint
+from ._redis_ops import (
+    RedisApprovals,
+    RedisCheckpoints,
+    RedisCommits,
+    RedisLeases,
+    catalog_keys,
+    session_keys,
+)
 
 __all__ = [
     "LAYOUT_VERSION",
@@ -139,7 +129,13 @@ _log = logging.getLogger(__name__)
 _BATCH = 500
 
 
-class RedisSessionStore:
+def _written(c: Conn, out: Any, fence: Fence | None) -> None:
+    """LeaseLostError when the reply ``out`` of a fenced script says it refused."""
+    if fence is not None:
+        check_newest(c, fence.session_id, c.refused(out), fence.token)
+
+
+class RedisSessionStore(LeaseRules, AppendRules):
     """Transcripts as Redis lists; ``append`` is one script (LLEN check + RPUSH).
 
     Also the per-session lease with fence tokens (SPEC §5), ``revision``, ``ids`` and the
@@ -154,6 +150,8 @@ class RedisSessionStore:
         self._c = conn
         self._ttl_ms = 0 if ttl_s is None else ms(ttl_s)
         self.combined = combined
+        self._leases = RedisLeases(conn)
+        self._commits = RedisCommits(conn, self._ttl_ms)
         self._events = RedisEventOps(conn)
 
     def event_ops(self) -> RedisEventOps:
@@ -161,16 +159,10 @@ class RedisSessionStore:
         return self._events
 
     def _keys(self, id: str) -> builtins.list[str]:
-        c = self._c
-        return [
-            c.key("session:", id),
-            c.key("session-meta:", id),
-            c.key("revision"),
-            c.key("sessions"),
-        ]
+        return session_keys(self._c, id)
 
     def _catalog_keys(self, id: str) -> builtins.list[str]:
-        return [self._c.key("session-info:", id), self._c.key("session-history:", id)]
+        return catalog_keys(self._c, id)
 
     def load(self, id: str) -> builtins.list[Message] | None:
         """The stored transcript (one LRANGE), or None when the id has none."""
@@ -196,7 +188,7 @@ class RedisSessionStore:
         args.extend(dumps_message(m) for m in messages)
         keys = [*self._keys(id), self._c.fence_key(fence), *self._catalog_keys(id)]
         out = self._c.run("save a session", lambda r: self._c.save_script(keys, args, r), id)
-        self._c.check_fenced(out, fence)
+        _written(self._c, out, fence)
 
     def delete(self, id: str) -> None:
         """Forget the id: its messages, history and metadata (no error when absent)."""
@@ -205,72 +197,6 @@ class RedisSessionStore:
         list_key, meta, _, index = self._keys(id)
         keys = [list_key, meta, index, *self._catalog_keys(id)]
         c.run("delete a session", lambda r: c.delete_script(keys, [id], r), id)
-
-    def append(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int,
-        fence: Fence | None = None,
-    ) -> None:
-        """Add a turn's messages in one atomic script.
-
-        Raises StoreConflictError when the stored transcript does not hold exactly
-        ``expected_length`` messages (another writer appended first), and with ``fence``
-        LeaseLostError when a newer lease token exists; nothing is written then.
-        """
-        validate_session_id(id)
-        if not messages and fence is None:
-            key = self._c.key("session:", id)
-            length = int(self._c.run("read a session's length", lambda r: r.llen(key), id))
-            self.check_length(id, expected_length, length)
-            return
-        self.commit(id, messages, expected_length, None, fence, False)
-
-    def commit(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        expected_length: int,
-        checkpoint_key: str | None,
-        fence: Fence | None,
-        release: bool,
-    ) -> object:
-        """The script behind ``append`` and ``RedisStore.commit_turn`` (see there)."""
-        token = fence_token_of(fence, id)
-        c = self._c
-        cp = "" if checkpoint_key is None else checkpoint_key
-        keys = [
-            *self._keys(id),
-            c.key("checkpoint:", cp),
-            c.key("checkpoints"),
-            c.key("checkpoint-keys"),
-            c.key("lease:", id),
-            c.fence_key(fence),
-            *self._catalog_keys(id),
-        ]
-        args: builtins.list[Any] = [
-            repr(time.time()),
-            self._ttl_ms,
-            id,
-            expected_length,
-            op_token(),
-            "0" if checkpoint_key is None else "1",
-            cp,
-            "1" if release else "0",
-            token,
-        ]
-        args.extend(dumps_message(m) for m in messages)
-        out = c.run("append to a session", lambda r: c.append_script(keys, args, r), id)
-        if c.check_fenced(out, fence)[0] == 0:
-            self.check_length(id, expected_length, int(out[1]))
-        return None if out[2] is None else int(out[2])
-
-    def check_length(self, id: str, expected: int, actual: int) -> None:
-        """StoreConflictError when ``actual`` is not ``expected`` (naming this store)."""
-        where = f"in the Redis store at {self._c.address}"
-        check_length(id, expected, actual, where, address=self._c.address)
 
     def revision(self, id: str) -> object:
         """A token that changes on every write of ``id``'s transcript (a store-wide
@@ -412,7 +338,7 @@ class RedisSessionStore:
         out = self._c.run(
             "compact a session", lambda r: self._c.compact_script(keys, args, r), id
         )
-        self._c.check_fenced(out, fence)
+        _written(self._c, out, fence)
 
     def create(
         self,
@@ -464,73 +390,6 @@ class RedisSessionStore:
         ordered = head + body
         return ordered[:want], bool(done) and len(ordered) <= want
 
-    # --- lease --------------------------------------------------------------------------
-    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
-        """Take the session's lease for ``ttl_s`` seconds: the new fence token (greater than
-        every token handed out before for ``id``, also when ``owner`` held it), or None
-        when not taken within ``wait_s`` seconds.
-
-        Taken when free (``SET NX PX``), already ``owner``'s, or held by a dead process on
-        this host; otherwise polled until ``wait_s`` seconds pass.
-        """
-        validate_session_id(id)
-        check_owner(owner)
-        check_ttl(ttl_s)
-        got: list[int] = []
-
-        def attempt() -> bool:
-            token = self._try_acquire(id, owner, ttl_s)
-            if token:
-                got.append(token)
-            return bool(token)
-
-        return got[0] if poll_until(attempt, wait_s) else None
-
-    def _try_acquire(self, id: str, owner: str, ttl_s: float) -> int:
-        keys = [self._c.key("lease:", id), self._c.key("fence:", id)]
-        out = self._c.run(
-            "acquire a lease", lambda r: self._c.acquire_script(keys, [owner, ms(ttl_s)], r), id
-        )
-        if out[0] == 1:
-            return int(out[1])
-        holder = as_str(out[1])
-        if not holder or not owner_is_dead(holder):
-            return 0
-        token = self._c.run(
-            "take over a lease",
-            lambda r: self._c.take_over_script(keys, [holder, owner, ms(ttl_s)], r),
-            id,
-        )
-        if token:
-            _log.info("session %s: took over the lease of dead owner %s", id, holder)
-        return int(token)
-
-    def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
-        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
-        validate_session_id(id)
-        check_owner(owner)
-        check_ttl(ttl_s)
-        key = [self._c.key("lease:", id)]
-        done = self._c.run(
-            "renew a lease", lambda r: self._c.renew_script(key, [owner, ms(ttl_s)], r), id
-        )
-        return bool(done == 1)
-
-    def release_lease(self, id: str, *, owner: str) -> None:
-        """Release the lease if ``owner`` holds it (otherwise do nothing); the fence token
-        stays."""
-        validate_session_id(id)
-        check_owner(owner)
-        key = [self._c.key("lease:", id)]
-        self._c.run("release a lease", lambda r: self._c.release_script(key, [owner], r), id)
-
-    def fence_token(self, id: str) -> int:
-        """The newest fence token handed out for ``id`` (0 when none)."""
-        validate_session_id(id)
-        key = self._c.key("fence:", id)
-        value = self._c.run("read a fence token", lambda r: r.get(key), id)
-        return 0 if value is None else int(value)
-
     def list(
         self, *, prefix: str | None = None, limit: int = 100, after: str | None = None
     ) -> SessionPage:
@@ -549,197 +408,24 @@ class RedisSessionStore:
         return page_from(found, limit)
 
 
-class RedisCheckpointStore:
+class RedisCheckpointStore(CheckpointRules):
     """Checkpoints as codec JSON strings by key (unknown fields round-trip); writes take
     ``fence=`` (``fenced``). Thread-safe."""
 
-    fenced = True
-
     def __init__(self, conn: Conn) -> None:
-        self._c = conn
-
-    def load(self, key: str) -> Checkpoint | None:
-        """The checkpoint, or None."""
-        rkey = self._c.key("checkpoint:", key)
-        value = self._c.run("load a checkpoint", lambda r: r.get(rkey))
-        if value is None:
-            return None
-        try:
-            return loads_checkpoint(decoded(value))
-        except (StoreCorruptError, ValueError) as exc:
-            raise self._c.corrupt(exc, f"checkpoint {key!r} ({rkey!r})") from exc
-
-    def _keys(self, key: str, fence: Fence | None) -> list[str]:
-        c = self._c
-        return [
-            c.key("checkpoint:", key),
-            c.key("checkpoints"),
-            c.key("checkpoint-keys"),
-            c.fence_key(fence),
-        ]
-
-    def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
-        """Write (replace) the checkpoint with its index entries (one script). With
-        ``fence``, LeaseLostError (nothing written) when a newer lease token exists for the
-        fence's session."""
-        token = fence_token_of(fence, checkpoint.session_id)
-        c, keys = self._c, self._keys(key, fence)
-        args: list[Any] = [dumps_checkpoint(checkpoint), repr(time.time()), key, token]
-        out = c.run(
-            "save a checkpoint",
-            lambda r: c.checkpoint_save_script(keys, args, r),
-            checkpoint.session_id,
-        )
-        c.check_fenced(out, fence)
-
-    def delete(self, key: str, *, fence: Fence | None = None) -> None:
-        """Delete the checkpoint (no error when absent). With ``fence``, LeaseLostError
-        (nothing deleted) when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, None)
-        c, keys = self._c, self._keys(key, fence)
-        out = c.run(
-            "delete a checkpoint",
-            lambda r: c.checkpoint_delete_script(keys, [key, token], r),
-            None if fence is None else fence.session_id,
-        )
-        c.check_fenced(out, fence)
-
-    def keys(self, prefix: str) -> list[str]:
-        """Keys starting with ``prefix``, sorted (a lexicographic range of the key index)."""
-        if prefix:
-            raw = prefix.encode("utf-8", "surrogatepass")
-            low, high = b"[" + raw, b"(" + raw + b"\xff"  # 0xff never occurs in UTF-8
-        else:
-            low, high = b"-", b"+"
-        index = self._c.key("checkpoint-keys")
-        found = self._c.run("list checkpoints", lambda r: r.zrangebylex(index, low, high))
-        return [as_str(k) for k in found]
+        self._ops = RedisCheckpoints(conn)
 
 
-class RedisApprovalStore:
+class RedisApprovalStore(ApprovalRules):
     """Approval records as hashes; ``resolve`` is one script that changes a pending record
     only, so exactly one caller across threads, processes and machines wins; ``create``
     takes ``fence=`` (``fenced``). Thread-safe."""
 
-    fenced = True
-
     def __init__(self, conn: Conn) -> None:
-        self._c = conn
-
-    def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
-        """Store a record (replacing one with the same id; one script). With ``fence``,
-        LeaseLostError (nothing written) when a newer lease token exists for the fence's
-        session."""
-        token = fence_token_of(fence, record.session_id)
-        at = resolved_at(record)
-        c = self._c
-        keys = [
-            c.key("approval:", record.id),
-            c.key("approvals-pending"),
-            c.key("approvals-resolved"),
-            c.fence_key(fence),
-        ]
-        args: list[Any] = [
-            token,
-            record.id,
-            dumps_approval(record),
-            record.status,
-            repr(record.created_at),
-            record.reason or "",
-            "0" if record.reason is None else "1",
-            "" if at is None else repr(at),
-        ]
-        out = c.run(
-            "create an approval",
-            lambda r: c.approval_create_script(keys, args, r),
-            record.session_id,
-        )
-        c.check_fenced(out, fence)
-
-    def get(self, id: str) -> ApprovalRecord | None:
-        """The record, or None."""
-        rkey = self._c.key("approval:", id)
-        row = self._c.run(
-            "read an approval", lambda r: r.hmget(rkey, ["json", "status", "reason", "resolved_at"])
-        )
-        return None if row[0] is None else self._record(id, row)
-
-    def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
-    ) -> ApprovalRecord:
-        """Resolve once (by ``by``, written into the record's JSON by the same script): one
-        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
-        ApprovalNotFoundError."""
-        status = "approved" if approved else "denied"
-        resolved_at = time.time()
-        stamped = ""
-        if by is not None:  # the created record's JSON never changes: read it first
-            rkey = self._c.key("approval:", id)
-            old = self._c.run("read an approval", lambda r: r.hget(rkey, "json"))
-            if old is not None:
-                stamped = approval_json_resolved_by(old, by)
-        keys = [
-            self._c.key("approval:", id),
-            self._c.key("approvals-pending"),
-            self._c.key("approvals-resolved"),
-        ]
-        args: list[Any] = [
-            status,
-            "0" if reason is None else "1",
-            reason or "",
-            repr(resolved_at),
-            id,
-            op_token(),
-            stamped,
-        ]
-        out = self._c.run("resolve an approval", lambda r: self._c.resolve_script(keys, args, r))
-        if out[0] == 0:
-            raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
-        if out[0] == 2:
-            raise ApprovalAlreadyResolvedError(
-                f"approval {id!r} was already {as_str(out[1])}", approval_id=id
-            )
-        return self._record(id, (out[1], status, reason, resolved_at))
-
-    def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records (of one session, or all), oldest first."""
-        index = self._c.key("approvals-pending")
-
-        def read(r: redis.Redis) -> tuple[list[Any], list[Any]]:
-            ids = r.zrange(index, 0, -1)
-            with r.pipeline(transaction=False) as p:
-                for m in ids:
-                    p.hmget(
-                        self._c.key("approval:", as_str(m)),
-                        ["json", "status", "reason", "resolved_at"],
-                    )
-                return ids, p.execute()
-
-        ids, rows = self._c.run("list approvals", read)
-        out = []
-        for m, row in zip(ids, rows, strict=True):
-            if row[0] is None or as_str(row[1]) != "pending":
-                continue  # resolved or deleted between the two reads
-            record = self._record(as_str(m), row)
-            if session_id is None or record.session_id == session_id:
-                out.append(record)
-        return out
-
-    def _record(self, id: str, row: Sequence[Any]) -> ApprovalRecord:
-        raw, status, reason, resolved = row
-        try:
-            record = loads_approval(decoded(raw))
-            status = decoded(status)
-            reason = None if reason is None else decoded(reason)
-            resolved = None if resolved is None else float(decoded(resolved))
-        except (StoreCorruptError, ValueError) as exc:
-            raise self._c.corrupt(exc, f"approval {id!r}") from exc
-        if status not in ("pending", "approved", "denied"):
-            raise self._c.corrupt(ValueError(f"unknown status {status!r}"), f"approval {id!r}")
-        return overlay(record, status, reason, resolved)
+        self._ops = RedisApprovals(conn)
 
 
-class RedisStore(LeaseForwarding, Closing):
+class RedisStore(CommitRules, LeaseForwarding, Closing):
     """Sessions, checkpoints, approvals and leases in one Redis database shared by many
     processes and machines; usable directly as an agent's ``store``.
 
@@ -767,6 +453,7 @@ class RedisStore(LeaseForwarding, Closing):
         self.sessions = RedisSessionStore(self._c, ttl_s, self)
         self.checkpoints = RedisCheckpointStore(self._c)
         self.approvals = RedisApprovalStore(self._c)
+        self._commits = self.sessions._commits
 
     @property
     def address(self) -> str:
@@ -777,22 +464,6 @@ class RedisStore(LeaseForwarding, Closing):
     def prefix(self) -> str:
         """The prefix of every key this store writes."""
         return self._c.prefix
-
-    def commit_turn(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int,
-        checkpoint_key: str | None,
-        fence: Fence | None = None,
-        release: bool = False,
-    ) -> object:
-        """:meth:`~lousho_sync.stores.base.TurnCommitter.commit_turn` in ONE script (one
-        round trip): fence check, length check, append, checkpoint delete, lease release.
-        Nothing is written when it raises. Returns the new ``sessions.revision(id)``."""
-        commit_token(id, fence, release)
-        return self.sessions.commit(id, messages, expected_length, checkpoint_key, fence, release)
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and

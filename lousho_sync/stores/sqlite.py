@@ -80,20 +80,8 @@ from typing import Any, Literal
 
 from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
-from ..codec import (
-    approval_json_resolved_by,
-    dumps_approval,
-    dumps_checkpoint,
-    dumps_message,
-    loads_approval,
-    loads_checkpoint,
-)
-from ..errors import (
-    ApprovalAlreadyResolvedError,
-    ApprovalNotFoundError,
-    SessionExistsError,
-    StoreCorruptError,
-)
+from ..codec import dumps_message
+from ..errors import SessionExistsError, StoreCorruptError
 from ..ids import is_session_id
 from ..messages import Message
 from ..records import Fence
@@ -101,23 +89,30 @@ from ..results import PruneResult
 from ._common import (
     Closing,
     LeaseForwarding,
-    check_fence,
-    check_length,
     check_older_than,
-    check_owner,
-    check_ttl,
-    commit_token,
     fence_token_of,
-    overlay,
-    resolved_at,
     validate_session_id,
 )
+from ._engine.approvals import ApprovalRules
+from ._engine.checkpoints import CheckpointRules
+from ._engine.commits import AppendRules, CommitRules
+from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
-from ._lease import owner_is_dead, poll_until
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
 from ._sqlite_events import SqliteEventOps
+from ._sqlite_ops import (
+    SqliteApprovals,
+    SqliteCheckpoints,
+    SqliteCommits,
+    SqliteLeases,
+    drop_rows,
+    insert_rows,
+    insert_session,
+    replace,
+    revision,
+    token_of,
+)
 from ._sqlite_rows import INFO_COLUMNS, decode_history, decode_info, decode_transcript, load_rows
-from .base import ApprovalRecord, Checkpoint
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -129,32 +124,15 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_NO_NEWER_TOKEN = "NOT EXISTS (SELECT 1 FROM leases WHERE session_id = ? AND token > ?)"
-"""The guard of a single-statement fenced write (params: session id, fence token)."""
-
-
-def _where(db: Db) -> str:
-    return f"in the SQLite store at {db.path}"
-
-
-def _token_of(c: Conn, id: str) -> int:
-    row = c.execute("SELECT token FROM leases WHERE session_id = ?", (id,)).fetchone()
-    return 0 if row is None else int(row[0])
-
 
 def _check_fence(db: Db, c: Conn, id: str, token: int) -> None:
     """Inside the caller's transaction: LeaseLostError when a token newer than ``token``
     (0: no fence) was handed out for ``id``."""
     if token:
-        check_fence(id, _token_of(c, id), token, _where(db), path=db.path)
+        check_newest(db, id, token_of(c, id), token)
 
 
-def _refused(db: Db, c: Conn, id: str, token: int) -> None:
-    """After a guarded statement changed no row: LeaseLostError if the guard refused it."""
-    check_fence(id, _token_of(c, id), token, _where(db), path=db.path)
-
-
-class SqliteSessionStore:
+class SqliteSessionStore(LeaseRules, AppendRules):
     """Transcripts, one row per message; ``append`` is one transaction of the turn's rows.
 
     Also the per-session lease with fence tokens (SPEC §5) and ``revision``. Writes take
@@ -167,6 +145,8 @@ class SqliteSessionStore:
     def __init__(self, db: Db, combined: SqliteStore) -> None:
         self._db = db
         self.combined = combined
+        self._leases = SqliteLeases(db)
+        self._commits = SqliteCommits(db)
         self._events = SqliteEventOps(db)
 
     def event_ops(self) -> SqliteEventOps:
@@ -207,7 +187,7 @@ class SqliteSessionStore:
         def write(c: Conn) -> None:
             c.execute("BEGIN IMMEDIATE")
             _check_fence(self._db, c, id, token)
-            _replace(c, id, texts)
+            replace(c, id, texts)
             c.execute("COMMIT")
 
         self._db.run("save a session", write, id)
@@ -220,39 +200,17 @@ class SqliteSessionStore:
             c.execute("BEGIN IMMEDIATE")
             row = c.execute("SELECT key FROM sessions WHERE id = ?", (id,)).fetchone()
             if row is not None:
-                _drop_rows(c, row[0], history=True)
+                drop_rows(c, row[0], history=True)
                 c.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
             c.execute("COMMIT")
 
         self._db.run("delete a session", forget, id)
 
-    def append(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int,
-        fence: Fence | None = None,
-    ) -> None:
-        """Add a turn's messages in one transaction.
-
-        Raises StoreConflictError when the stored transcript does not hold exactly
-        ``expected_length`` messages (another writer appended first), and with ``fence``
-        LeaseLostError when a newer lease token exists; nothing is written then.
-        """
-        self.combined.commit_turn(
-            id, messages, expected_length=expected_length, checkpoint_key=None, fence=fence
-        )
-
-    def check_length(self, id: str, expected: int, actual: int) -> None:
-        """StoreConflictError when ``actual`` is not ``expected`` (naming this store)."""
-        check_length(id, expected, actual, _where(self._db), path=self._db.path)
-
     def revision(self, id: str) -> object:
         """A token that changes on every write of ``id``'s transcript; None when it has
         none (absent, or metadata only)."""
         validate_session_id(id)
-        return self._db.run("read a session's revision", lambda c: _revision(c, id), id)
+        return self._db.run("read a session's revision", lambda c: revision(c, id), id)
 
     def ids(self) -> list[str]:
         """Stored session ids (with a transcript or metadata), sorted."""
@@ -260,97 +218,6 @@ class SqliteSessionStore:
             "list sessions", lambda c: c.execute("SELECT id FROM sessions ORDER BY id").fetchall()
         )
         return [r[0] for r in rows]
-
-    # --- lease --------------------------------------------------------------------------
-    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
-        """Take the session's lease for ``ttl_s`` seconds: the new fence token (greater than
-        every token handed out before for ``id``, also when ``owner`` held it), or None
-        when not taken within ``wait_s`` seconds.
-
-        Taken when free, expired, already ``owner``'s, or held by a dead process on this
-        host; otherwise polled until ``wait_s`` seconds pass.
-        """
-        validate_session_id(id)
-        check_owner(owner)
-        check_ttl(ttl_s)
-        got: list[int] = []
-
-        def attempt() -> bool:
-            token = self._try_acquire(id, owner, ttl_s)
-            if token:
-                got.append(token)
-            return bool(token)
-
-        return got[0] if poll_until(attempt, wait_s) else None
-
-    def _try_acquire(self, id: str, owner: str, ttl_s: float) -> int:
-        def attempt(c: Conn) -> tuple[int, str | None]:
-            now = time.time()
-            row = c.execute(
-                "INSERT INTO leases (session_id, owner, expires_at, token) VALUES (?, ?, ?, 1)"
-                " ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner,"
-                " expires_at = excluded.expires_at, token = leases.token + 1"
-                " WHERE leases.owner = excluded.owner OR leases.expires_at <= ?"
-                " RETURNING token",
-                (id, owner, now + ttl_s, now),
-            ).fetchone()
-            if row is not None:
-                return int(row[0]), None
-            row = c.execute("SELECT owner FROM leases WHERE session_id = ?", (id,)).fetchone()
-            return 0, None if row is None else row[0]
-
-        token, holder = self._db.run("acquire a lease", attempt, id, sync=False)
-        if token or holder is None or not owner_is_dead(holder):
-            return token
-
-        def take_over(c: Conn) -> int:
-            row = c.execute(
-                "UPDATE leases SET owner = ?, expires_at = ?, token = token + 1"
-                " WHERE session_id = ? AND owner = ? RETURNING token",
-                (owner, time.time() + ttl_s, id, holder),
-            ).fetchone()
-            return 0 if row is None else int(row[0])
-
-        token = self._db.run("take over a lease", take_over, id, sync=False)
-        if token:
-            _log.info("session %s: took over the lease of dead owner %s", id, holder)
-        return token
-
-    def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
-        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
-        validate_session_id(id)
-        check_owner(owner)
-        check_ttl(ttl_s)
-        cur = self._db.run(
-            "renew a lease",
-            lambda c: c.execute(
-                "UPDATE leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
-                (time.time() + ttl_s, id, owner),
-            ),
-            id,
-            sync=False,
-        )
-        return bool(cur.rowcount == 1)
-
-    def release_lease(self, id: str, *, owner: str) -> None:
-        """Release the lease if ``owner`` holds it (otherwise do nothing); the fence token
-        stays."""
-        validate_session_id(id)
-        check_owner(owner)
-        self._db.run(
-            "release a lease",
-            lambda c: c.execute(
-                "UPDATE leases SET owner = '', expires_at = 0 WHERE session_id = ? AND owner = ?",
-                (id, owner),
-            ),
-            id,
-            sync=False,
-        )
-
-    def fence_token(self, id: str) -> int:
-        """The newest fence token handed out for ``id`` (0 when none)."""
-        validate_session_id(id)
-        return self._db.run("read a fence token", lambda c: _token_of(c, id), id)
 
     # --- the catalog (Catalogued) ---------------------------------------------------------
     def info(self, id: str) -> SessionInfo | None:
@@ -432,13 +299,13 @@ class SqliteSessionStore:
         def write(c: Conn) -> None:
             c.execute("BEGIN IMMEDIATE")
             _check_fence(self._db, c, id, token)
-            key = _replace(c, id, texts)
+            key = replace(c, id, texts)
             if key is not None and old:
                 last = c.execute(
                     "SELECT max(id) FROM history WHERE id >= ? AND id < ?",
                     (key * SPAN, (key + 1) * SPAN),
                 ).fetchone()[0]
-                _insert_rows(c, "history", key, 0 if last is None else last % SPAN + 1, old)
+                insert_rows(c, "history", key, 0 if last is None else last % SPAN + 1, old)
             c.execute("COMMIT")
 
         self._db.run("compact a session", write, id)
@@ -472,13 +339,13 @@ class SqliteSessionStore:
                     session_id=id,
                 )
             if row is not None:  # an entry with neither: start afresh
-                _drop_rows(c, row[0], history=True)
+                drop_rows(c, row[0], history=True)
                 c.execute("DELETE FROM sessions WHERE key = ?", (row[0],))
             if texts or stored is not None:
-                key = _insert_session(c, id, len(texts), stored)
-                _insert_rows(c, "messages", key, 0, texts)
+                key = insert_session(c, id, len(texts), stored)
+                insert_rows(c, "messages", key, 0, texts)
                 if texts:
-                    _insert_rows(c, "history", key, 0, old)
+                    insert_rows(c, "history", key, 0, old)
             c.execute("COMMIT")
 
         self._db.run("create a session", write, id)
@@ -509,250 +376,22 @@ class SqliteSessionStore:
         return page_from([decode_info(r, self._db.path) for r in rows], limit)
 
 
-def _insert_session(c: Conn, id: str, length: int, metadata: str | None = None) -> int:
-    now = time.time()
-    cur = c.execute(
-        "INSERT INTO sessions (id, length, revision, created_at, updated_at, metadata)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (id, length, 1 if length else 0, now, now, metadata),
-    )
-    key = cur.lastrowid
-    assert key is not None
-    return key
-
-
-def _insert_rows(c: Conn, table: str, key: int, start: int, texts: list[str]) -> None:
-    """Rows of ``table`` (``messages`` or ``history``) for session ``key`` from ``start``."""
-    c.executemany(
-        f"INSERT INTO {table} (id, json) VALUES (?, ?)",
-        [(key * SPAN + start + i, text) for i, text in enumerate(texts)],
-    )
-
-
-def _drop_rows(c: Conn, key: int, *, history: bool) -> None:
-    """Delete session ``key``'s message rows (and its history rows)."""
-    for table in ("messages", "history") if history else ("messages",):
-        c.execute(f"DELETE FROM {table} WHERE id >= ? AND id < ?", (key * SPAN, (key + 1) * SPAN))
-
-
-def _replace(c: Conn, id: str, texts: list[str]) -> int | None:
-    """Inside the caller's transaction: replace the transcript of ``id`` with ``texts``
-    (none: drop it and the history, and the entry unless it has metadata). Returns the
-    session key, or None when the session has no transcript now."""
-    row = c.execute(
-        "SELECT key, metadata IS NOT NULL FROM sessions WHERE id = ?", (id,)
-    ).fetchone()
-    if row is None:
-        if not texts:
-            return None
-        key = _insert_session(c, id, len(texts))
-    else:
-        key = row[0]
-        _drop_rows(c, key, history=not texts)
-        if not texts and not row[1]:
-            c.execute("DELETE FROM sessions WHERE key = ?", (key,))
-            return None
-        c.execute(
-            "UPDATE sessions SET length = ?, revision = revision + 1, updated_at = ?"
-            " WHERE key = ?",
-            (len(texts), time.time(), key),
-        )
-    _insert_rows(c, "messages", key, 0, texts)
-    return key if texts else None
-
-
-def _must_sync(checkpoint: Checkpoint) -> bool:
-    """Whether a checkpoint write needs its own sync: it records a paused or interrupted
-    turn, or a tool about to start (see the module's durability notes)."""
-    return checkpoint.status != "running" or bool(checkpoint.started_call_ids)
-
-
-class SqliteCheckpointStore:
-    """Checkpoints as opaque JSON by key (unknown fields round-trip); writes take
-    ``fence=`` (``fenced``). Thread-safe."""
-
-    fenced = True
+class SqliteCheckpointStore(CheckpointRules):
+    """Checkpoints of a SqliteStore, one ``WITHOUT ROWID`` row each; progress checkpoints
+    of a running turn ride on the next sync."""
 
     def __init__(self, db: Db) -> None:
-        self._db = db
-
-    def load(self, key: str) -> Checkpoint | None:
-        """The checkpoint, or None."""
-        row = self._db.run(
-            "load a checkpoint",
-            lambda c: c.execute("SELECT json FROM checkpoints WHERE key = ?", (key,)).fetchone(),
-        )
-        if row is None:
-            return None
-        try:
-            return loads_checkpoint(row[0])
-        except StoreCorruptError as exc:
-            error = self._db.corrupt(exc, f"checkpoint {key!r}")
-        raise error  # unchained: the codec's cause holds the stored text
-
-    def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
-        """Write (replace) the checkpoint. With ``fence``, LeaseLostError (nothing written)
-        when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, checkpoint.session_id)
-        text = dumps_checkpoint(checkpoint)
-        sql = (
-            "INSERT INTO checkpoints (key, session_id, json, updated_at) SELECT ?, ?, ?, ?"
-            + (f" WHERE {_NO_NEWER_TOKEN}" if fence else " WHERE true")
-            + " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
-            " json = excluded.json, updated_at = excluded.updated_at"
-        )
-        params: tuple[Any, ...] = (key, checkpoint.session_id, text, time.time())
-        if fence:
-            params += (fence.session_id, token)
-
-        def write(c: Conn) -> None:
-            if c.execute(sql, params).rowcount == 0 and fence:
-                _refused(self._db, c, fence.session_id, token)
-
-        self._db.run(
-            "save a checkpoint", write, checkpoint.session_id, sync=_must_sync(checkpoint)
-        )
-
-    def delete(self, key: str, *, fence: Fence | None = None) -> None:
-        """Delete the checkpoint (no error when absent). With ``fence``, LeaseLostError
-        (nothing deleted) when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, None)
-
-        def remove(c: Conn) -> None:
-            if not fence:
-                c.execute("DELETE FROM checkpoints WHERE key = ?", (key,))
-            elif c.execute(
-                f"DELETE FROM checkpoints WHERE key = ? AND {_NO_NEWER_TOKEN}",
-                (key, fence.session_id, token),
-            ).rowcount == 0:
-                _refused(self._db, c, fence.session_id, token)
-
-        self._db.run("delete a checkpoint", remove, fence.session_id if fence else None)
-
-    def keys(self, prefix: str) -> list[str]:
-        """Keys starting with ``prefix``, sorted (an index range scan)."""
-
-        def scan(c: Conn) -> list[str]:
-            out = []
-            for (key,) in c.execute(
-                "SELECT key FROM checkpoints WHERE key >= ? ORDER BY key", (prefix,)
-            ):
-                if not key.startswith(prefix):
-                    break
-                out.append(key)
-            return out
-
-        return self._db.run("list checkpoints", scan)
+        self._ops = SqliteCheckpoints(db)
 
 
-_APPROVAL_COLUMNS = "json, status, reason, resolved_at"
-
-
-class SqliteApprovalStore:
-    """Approval records; ``resolve`` is one conditional UPDATE, so exactly one caller across
-    threads and processes wins; ``create`` takes ``fence=`` (``fenced``). Thread-safe."""
-
-    fenced = True
+class SqliteApprovalStore(ApprovalRules):
+    """Approval rows of a SqliteStore; ``resolve`` is one conditional UPDATE."""
 
     def __init__(self, db: Db) -> None:
-        self._db = db
-
-    def create(self, record: ApprovalRecord, *, fence: Fence | None = None) -> None:
-        """Store a record (replacing one with the same id). With ``fence``, LeaseLostError
-        (nothing written) when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, record.session_id)
-        text = dumps_approval(record)
-        sql = (
-            "INSERT OR REPLACE INTO approvals (id, session_id, status, reason, json,"
-            " created_at, resolved_at) SELECT ?, ?, ?, ?, ?, ?, ?"
-            + (f" WHERE {_NO_NEWER_TOKEN}" if fence else "")
-        )
-        params: tuple[Any, ...] = (
-            record.id,
-            record.session_id,
-            record.status,
-            record.reason,
-            text,
-            record.created_at,
-            resolved_at(record),
-        )
-        if fence:
-            params += (fence.session_id, token)
-
-        def write(c: Conn) -> None:
-            if c.execute(sql, params).rowcount == 0 and fence:
-                _refused(self._db, c, fence.session_id, token)
-
-        self._db.run("create an approval", write, record.session_id)
-
-    def get(self, id: str) -> ApprovalRecord | None:
-        """The record, or None."""
-        row = self._db.run(
-            "read an approval",
-            lambda c: c.execute(
-                f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = ?", (id,)
-            ).fetchone(),
-        )
-        return None if row is None else self._record(id, row)
-
-    def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
-    ) -> ApprovalRecord:
-        """Resolve once (by ``by``, written into the record's JSON in the same UPDATE): one
-        caller wins; the others get ApprovalAlreadyResolvedError; an unknown id raises
-        ApprovalNotFoundError."""
-        status = "approved" if approved else "denied"
-
-        def update(c: Conn) -> tuple[Any, ...] | None:
-            params: tuple[Any, ...]
-            sets, params = "", (status, reason, time.time())
-            if by is not None:
-                old = c.execute("SELECT json FROM approvals WHERE id = ?", (id,)).fetchone()
-                if old is not None:
-                    sets, params = ", json = ?", (*params, approval_json_resolved_by(old[0], by))
-            row = c.execute(
-                f"UPDATE approvals SET status = ?, reason = ?, resolved_at = ?{sets}"
-                f" WHERE id = ? AND status = 'pending' RETURNING {_APPROVAL_COLUMNS}",
-                (*params, id),
-            ).fetchone()
-            if row is not None:
-                return tuple(row)
-            found = c.execute("SELECT status FROM approvals WHERE id = ?", (id,)).fetchone()
-            if found is None:
-                raise ApprovalNotFoundError(f"no approval has id {id!r}", approval_id=id)
-            raise ApprovalAlreadyResolvedError(
-                f"approval {id!r} was already {found[0]}", approval_id=id
-            )
-
-        row = self._db.run("resolve an approval", update)
-        assert row is not None
-        return self._record(id, row)
-
-    def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records (of one session, or all), oldest first."""
-        sql = f"SELECT id, {_APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending'"
-        params: tuple[str, ...] = ()
-        if session_id is not None:
-            sql += " AND session_id = ?"
-            params = (session_id,)
-        rows = self._db.run(
-            "list approvals", lambda c: c.execute(sql + " ORDER BY created_at", params).fetchall()
-        )
-        return [self._record(r[0], r[1:]) for r in rows]
-
-    def _record(self, id: str, row: Sequence[Any]) -> ApprovalRecord:
-        text, status, reason, resolved = row
-        try:
-            record = loads_approval(text)
-        except StoreCorruptError as exc:
-            error = self._db.corrupt(exc, f"approval {id!r}")
-            record = None
-        if record is None:
-            raise error  # unchained: the codec's cause holds the stored text
-        return overlay(record, status, reason, resolved)
+        self._ops = SqliteApprovals(db)
 
 
-class SqliteStore(LeaseForwarding, Closing):
+class SqliteStore(CommitRules, LeaseForwarding, Closing):
     """Sessions, checkpoints, approvals and leases in one SQLite file shared by several
     processes; usable directly as an agent's ``store``.
 
@@ -773,73 +412,12 @@ class SqliteStore(LeaseForwarding, Closing):
         self.sessions = SqliteSessionStore(self._db, self)
         self.checkpoints = SqliteCheckpointStore(self._db)
         self.approvals = SqliteApprovalStore(self._db)
+        self._commits = self.sessions._commits
 
     @property
     def path(self) -> str:
         """The database file's absolute path, or ``":memory:"``."""
         return self._db.path
-
-    def commit_turn(
-        self,
-        id: str,
-        messages: Sequence[Message],
-        *,
-        expected_length: int,
-        checkpoint_key: str | None,
-        fence: Fence | None = None,
-        release: bool = False,
-    ) -> object:
-        """:meth:`~lousho_sync.stores.base.TurnCommitter.commit_turn` in ONE transaction
-        (one sync): fence check, length check, append, checkpoint delete, lease release.
-        Nothing is written when it raises. Returns the new ``sessions.revision(id)``."""
-        token = commit_token(id, fence, release)
-        texts = [dumps_message(m) for m in messages]
-        sessions = self.sessions
-
-        def write(c: Conn) -> object:
-            if not texts and not token and checkpoint_key is None:
-                row = c.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
-                sessions.check_length(id, expected_length, 0 if row is None else row[0])
-                return _revision(c, id)
-            c.execute("BEGIN IMMEDIATE")
-            _check_fence(self._db, c, id, token)
-            if texts:
-                revision: object = self._append_rows(c, id, texts, expected_length)
-            else:
-                row = c.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
-                sessions.check_length(id, expected_length, 0 if row is None else row[0])
-                revision = _revision(c, id)
-            if checkpoint_key is not None:
-                c.execute("DELETE FROM checkpoints WHERE key = ?", (checkpoint_key,))
-            if release:
-                c.execute(
-                    "UPDATE leases SET owner = '', expires_at = 0"
-                    " WHERE session_id = ? AND token = ?",
-                    (id, token),
-                )
-            c.execute("COMMIT")
-            return revision
-
-        return self._db.run("commit a turn", write, id)
-
-    def _append_rows(
-        self, c: Conn, id: str, texts: list[str], expected_length: int
-    ) -> tuple[int, int]:
-        """Append rows inside the caller's transaction; returns the new revision token."""
-        n = len(texts)
-        row = c.execute(
-            "UPDATE sessions SET length = length + ?, revision = revision + 1,"
-            " updated_at = ? WHERE id = ? AND length = ? RETURNING key, revision",
-            (n, time.time(), id, expected_length),
-        ).fetchone()
-        if row is not None:
-            key, revision = row[0], row[1]
-        else:
-            row = c.execute("SELECT length FROM sessions WHERE id = ?", (id,)).fetchone()
-            self.sessions.check_length(id, expected_length, 0 if row is None else row[0])
-            key, revision = _insert_session(c, id, n), 1  # absent and expected_length == 0
-        _insert_rows(c, "messages", key, expected_length, texts)
-        return key, revision
 
     def prune(self, older_than_s: float) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
@@ -890,11 +468,3 @@ class SqliteStore(LeaseForwarding, Closing):
 
     def __repr__(self) -> str:
         return f"SqliteStore({self._db.path!r})"
-
-
-def _revision(c: Conn, id: str) -> object:
-    row = c.execute(
-        "SELECT key, revision FROM sessions WHERE id = ? AND length != 0", (id,)
-    ).fetchone()
-    return None if row is None else (row[0], row[1])
-

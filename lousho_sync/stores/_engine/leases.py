@@ -1,0 +1,124 @@
+"""The lease rules, once: argument checks, polling, dead-owner takeover, fence tokens and
+the LeaseLostError of a refused write. A backend writes :class:`LeaseOps`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ...errors import LeaseLostError
+from ...ids import validate_session_id
+from .._common import check_owner, check_ttl
+from .._lease import owner_is_dead, poll_until
+from .backend import Backend
+
+__all__ = ["LeaseOps", "LeaseRules", "refused"]
+
+_log = logging.getLogger("lousho_sync.stores")
+
+
+class LeaseOps(Protocol):
+    """A backend's lease primitives, each one transaction or one script."""
+
+    @property
+    def backend(self) -> Backend:
+        """The connection the primitives run on."""
+        ...
+
+    def take(self, id: str, owner: str, ttl_s: float) -> int | str:
+        """Take the lease when free, expired or ``owner``'s already: the new fence token
+        (>= 1); else the holder's owner string ("" when it cannot tell)."""
+        ...
+
+    def take_over(self, id: str, holder: str, owner: str, ttl_s: float) -> int:
+        """Take the lease from ``holder`` (a dead process): the new token, or 0 when
+        ``holder`` no longer holds it."""
+        ...
+
+    def renew(self, id: str, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
+        ...
+
+    def release(self, id: str, owner: str) -> None:
+        """Release the lease if ``owner`` holds it (the token stays)."""
+        ...
+
+    def newest(self, id: str) -> int:
+        """The newest token handed out for ``id`` (0 when none)."""
+        ...
+
+
+def refused(backend: Backend, id: str, newest: int, token: int) -> LeaseLostError:
+    """The LeaseLostError for a write of session ``id`` under ``token`` refused because
+    ``newest`` was handed out since."""
+    return LeaseLostError(
+        f"write to session {id!r} {backend.where} refused: it was made under lease token "
+        f"{token}, but token {newest} was handed out since: another process took over the "
+        "turn",
+        **backend.place(id),
+    )
+
+
+def check_newest(backend: Backend, id: str, newest: int, token: int) -> None:
+    """LeaseLostError when a write under ``token`` (0: unfenced) meets ``newest``."""
+    if token and newest > token:
+        raise refused(backend, id, newest, token)
+
+
+class LeaseRules:
+    """``acquire_lease``, ``renew_lease``, ``release_lease`` and ``fence_token`` over the
+    primitives in ``_leases``."""
+
+    _leases: LeaseOps
+
+    def acquire_lease(self, id: str, *, owner: str, ttl_s: float, wait_s: float) -> int | None:
+        """Take the session's lease for ``ttl_s`` seconds: the new fence token (greater than
+        every token handed out before for ``id``, also when ``owner`` held it), or None
+        when not taken within ``wait_s`` seconds.
+
+        Taken when free, expired, already ``owner``'s, or held by a dead process on this
+        host; otherwise polled until ``wait_s`` seconds pass.
+        """
+        validate_session_id(id)
+        check_owner(owner)
+        check_ttl(ttl_s)
+        got: list[int] = []
+
+        def attempt() -> bool:
+            token = self._try_acquire(id, owner, ttl_s)
+            if token:
+                got.append(token)
+            return bool(token)
+
+        return got[0] if poll_until(attempt, wait_s) else None
+
+    def _try_acquire(self, id: str, owner: str, ttl_s: float) -> int:
+        ops = self._leases
+        taken = ops.take(id, owner, ttl_s)
+        if isinstance(taken, int):
+            return taken
+        if not taken or not owner_is_dead(taken):
+            return 0
+        token = ops.take_over(id, taken, owner, ttl_s)
+        if token:
+            _log.info("session %s: took over the lease of dead owner %s", id, taken)
+        return token
+
+    def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s lease by ``ttl_s`` from now; False when ``owner`` lost it."""
+        validate_session_id(id)
+        check_owner(owner)
+        check_ttl(ttl_s)
+        return self._leases.renew(id, owner, ttl_s)
+
+    def release_lease(self, id: str, *, owner: str) -> None:
+        """Release the lease if ``owner`` holds it (otherwise do nothing); the fence token
+        stays."""
+        validate_session_id(id)
+        check_owner(owner)
+        self._leases.release(id, owner)
+
+    def fence_token(self, id: str) -> int:
+        """The newest fence token handed out for ``id`` (0 when none)."""
+        validate_session_id(id)
+        return self._leases.newest(id)
