@@ -151,6 +151,10 @@ class AsyncSession:
         ``Session.attach``, also for ``takeover``); ``async for`` it."""
         return AsyncAgentRun(self._session.attach(turn_id, after=after, takeover=takeover))
 
+    async def abort_turn(self, reason: object = None, *, turn_id: str | None = None) -> bool:
+        """Abort the running (or named) turn from any process (see ``Session.abort_turn``)."""
+        return await _bridge.call(self._session.abort_turn, reason, turn_id=turn_id)
+
     async def current_turn(self) -> TurnInfo | None:
         """The session's unfinished detached turn (see ``Session.current_turn``)."""
         return await _bridge.call(self._session.current_turn)

@@ -29,7 +29,7 @@ from .errors import InvalidInputError
 from .messages import Message, Usage
 from .results import ExecutionResult
 
-__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "check_key", "claim", "find", "seal"]
+__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "check_key", "claim", "claims", "find", "seal"]
 
 EXTRA = "lousho_idempotency"
 MAX_KEY = 200
@@ -62,10 +62,25 @@ def claim(msgs: tuple[Message, ...], key: str) -> tuple[Message, ...]:
     return (_stamp(msgs[0], {"key": key}), *msgs[1:]) if msgs else msgs
 
 
-def seal(result: ExecutionResult, key: str) -> ExecutionResult:
-    """``result`` with its last message sealed: ``key``, the commit time and what rebuilds
-    the result from the stored transcript."""
-    if not result.messages:
+def claims(msgs: Sequence[Message]) -> list[str]:
+    """The keys claimed by ``msgs`` (a turn's messages: its input, and input joined from
+    another call, see :mod:`lousho_sync._mailbox`), in order."""
+    out: list[str] = []
+    for m in msgs:
+        if m.role != "user" or not m.extra:
+            continue
+        stamp = m.extra.get(EXTRA)
+        if isinstance(stamp, Mapping) and "end" not in stamp:
+            key = stamp.get("key")
+            if isinstance(key, str):
+                out.append(key)
+    return out
+
+
+def seal(result: ExecutionResult, keys: Sequence[str]) -> ExecutionResult:
+    """``result`` with its last message sealed: ``keys`` (claimed in the turn), the commit
+    time and what rebuilds the result from the stored transcript."""
+    if not result.messages or not keys:
         return result
     end = {
         "count": len(result.messages), "steps": result.steps,
@@ -74,8 +89,8 @@ def seal(result: ExecutionResult, key: str) -> ExecutionResult:
     }
     last = result.messages[-1]
     old = last.extra.get(EXTRA)
-    stamp = {**(old if isinstance(old, Mapping) else {}), "key": key, "at": time.time(),
-             "end": end}
+    stamp = {**(old if isinstance(old, Mapping) else {}), "key": keys[0],
+             "keys": list(keys), "at": time.time(), "end": end}
     return attrs.evolve(result, messages=(*result.messages[:-1], _stamp(last, stamp)))
 
 
@@ -87,7 +102,9 @@ def find(
     cutoff = (time.time() if now is None else now) - ttl_s
     for i in range(len(messages) - 1, -1, -1):
         stamp = messages[i].extra.get(EXTRA)
-        if not isinstance(stamp, Mapping) or stamp.get("key") != key or "end" not in stamp:
+        if not isinstance(stamp, Mapping) or "end" not in stamp:
+            continue
+        if key not in (stamp.get("keys") or (stamp.get("key"),)):
             continue
         at = stamp.get("at")
         if not isinstance(at, (int, float)) or at < cutoff:

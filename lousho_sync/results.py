@@ -24,7 +24,9 @@ class ExecutionResult:
     limit when ``finish_reason == "limit"``; ``resumed`` is the result of a pending turn
     that this call finished first (its events were not streamed), else None. ``replayed``
     is True when this call's ``idempotency_key`` had been used: no turn ran, and this is
-    the committed result of the turn that used it, read from the store.
+    the committed result of the turn that used it, read from the store. ``joined`` is True
+    when this call's input joined a turn that another call (in another process) was running
+    (``"queue"``/``"steer"``): this is that turn's result, read from the store.
     """
 
     text: str
@@ -38,6 +40,7 @@ class ExecutionResult:
     exceeded: str | None = None
     resumed: ExecutionResult | None = None
     replayed: bool = False
+    joined: bool = False
 
 
 @attrs.frozen(slots=True)

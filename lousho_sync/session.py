@@ -18,6 +18,7 @@ from . import _idempotency as idem
 from . import _session_ops as ops
 from ._detached import AttachedRun, StartedRun, take_over
 from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
+from ._mailbox import post_abort
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
 from .compaction import check_keep_last
@@ -40,7 +41,8 @@ from .results import ExecutionResult, PendingTurn, TurnInfo
 from .run import AgentRun, DriverFactory
 from .signal import Signal
 from .stores._events import TurnHead, event_ops_of
-from .stores._lease import owner_is_dead
+from .stores._lease import make_owner, owner_is_dead
+from .stores._mail import mail_ops_of
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive
@@ -268,6 +270,32 @@ class Session:
         return TurnInfo(turn_id=head.turn_id, status=status, started_at=head.started_at,
                         last_seq=head.last_seq, owner=head.owner)
 
+    def abort_turn(self, reason: object = None, *, turn_id: str | None = None) -> bool:
+        """Abort the session's running turn (or the turn ``turn_id``), whichever process
+        runs it; True when there was one to ask. In this process it aborts at once; in
+        another one, through the session's mailbox within one wake-up of its owner (on a
+        store without a mailbox only a turn of this process can be aborted)."""
+        if turn_id is not None and not isinstance(turn_id, str):
+            raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
+        st = self._state
+        with st.lock:
+            current = st.current
+            if current is not None and current.control is not None:
+                if turn_id not in (None, current.control.run_id):
+                    return False
+                current.control.abort("aborted" if reason is None else reason)
+                return True
+        mail = mail_ops_of(self._p.sessions)
+        leasable = st.leasable
+        if mail is None or leasable is None:
+            return False
+        probe = make_owner()  # is the lease held elsewhere? (never this process's holder)
+        if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
+            leasable.release_lease(self._id, owner=probe)
+            return False
+        post_abort(mail, self._id, reason, turn_id)
+        return True
+
     def _event_log(self) -> EventLog:
         return EventLog(event_ops_of(self._p.sessions), interval_s=self.event_interval_s,
                         ttl_s=self.event_ttl_s)
@@ -332,7 +360,7 @@ class Session:
     ) -> SessionTurn:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
                            limits=self.limits, wait_for_lease=self.turn_policy != "reject",
-                           idempotency_ttl_s=self.idempotency_ttl_s)
+                           idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy)
 
     def _join_driver(
         self,

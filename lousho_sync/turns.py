@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 from . import _idempotency as idem
+from . import _mailbox as mailbox
 from ._lease_hold import LeaseHold
 from ._session_parts import SessionParts
 from ._session_state import Ticket
@@ -43,6 +44,7 @@ from .errors import (
     LeaseLostError,
     LoushoError,
     SessionAwaitingApprovalError,
+    SessionBusyError,
     StoreConflictError,
     StoreCorruptError,
 )
@@ -55,6 +57,7 @@ from .providers.base import Provider
 from .records import Checkpoint, one_shot_key, session_key
 from .results import ExecutionResult
 from .signal import Signal, link
+from .stores._mail import MailOps, mail_ops_of
 from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool
 from .turn_state import ApproveCallback, TurnConfig, TurnState
@@ -225,8 +228,7 @@ class SessionTurn:
     thread at a time through :meth:`run`."""
 
     __slots__ = ("_approve", "_emit_pending", "_idem_ttl_s", "_input", "_limits", "_p",
-                 "_signal", "_ticket",
-                 "_wait")
+                 "_policy", "_signal", "_ticket", "_wait")
 
     def __init__(
         self,
@@ -239,9 +241,11 @@ class SessionTurn:
         limits: Limits | None = None,
         wait_for_lease: bool = True,
         idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
+        policy: str = "wait",
         emit_pending: bool = False,
     ) -> None:
         self._p = parts
+        self._policy = policy
         self._emit_pending = emit_pending
         self._idem_ttl_s = idempotency_ttl_s
         self._ticket = ticket
@@ -262,6 +266,9 @@ class SessionTurn:
         unlink = link(self._signal, control.abort)
         msgs = self._input
         key = key_of(msgs)
+        mail = mail_ops_of(self._p.sessions)
+        mail_id: str | None = None
+        unregister: Callable[[], None] | None = None
         result: ExecutionResult | None
         try:
             if not st.wait_for_slot(self._ticket, control.signal):
@@ -269,8 +276,18 @@ class SessionTurn:
             else:
                 hold = st.hold(self._p.lease_ttl_s)
                 try:
-                    if hold is not None and not hold.acquire(wait=self._wait,
-                                                             signal=control.signal):
+                    if hold is not None and mail is not None and msgs is not None \
+                            and key is None and self._policy in ("queue", "steer", "rollback"):
+                        got, mail_id, msgs = self._through_mailbox(mail, hold, control, msgs)
+                        key = mail_id
+                    else:
+                        got = hold is None or hold.acquire(wait=self._wait,
+                                                           signal=control.signal)
+                    if mail_id is not None and got:  # never offered to our own turn
+                        _quiet_drop(mail, mail_id)
+                    if hold is not None and got and mail is not None:
+                        unregister = mailbox.register(mail, self._p.id, control)
+                    if not got:
                         result = aborted_result(control)
                     else:
                         st.sync()
@@ -284,6 +301,8 @@ class SessionTurn:
                                   if key is not None else None)
                         if msgs is None:
                             result = resumed
+                        elif replay is not None and mail_id is not None:  # joined
+                            result = attrs.evolve(replay, replayed=False, joined=True)
                         elif replay is not None:  # the key was used: no second turn
                             result = replay
                             if resumed is not None and resumed.run_id != replay.run_id:
@@ -300,8 +319,12 @@ class SessionTurn:
                             if resumed is not None:
                                 result = attrs.evolve(result, resumed=resumed)
                 finally:
+                    if unregister is not None:
+                        unregister()
                     if hold is not None:
                         hold.release()
+                    if mail_id is not None:
+                        _quiet_drop(mail, mail_id)
             turn.result = result
             return result
         except BaseException as exc:
@@ -316,6 +339,26 @@ class SessionTurn:
             unlink()
             control.close()
             st.release_slot(turn)
+
+    def _through_mailbox(
+        self, mail: MailOps, hold: LeaseHold, control: TurnControl, msgs: tuple[Message, ...]
+    ) -> tuple[bool, str | None, tuple[Message, ...]]:
+        """Take the lease; when another process holds it, post the input (``"queue"``,
+        ``"steer"``) or an abort (``"rollback"``) to the session's mailbox first, then wait
+        for it. Returns (taken, the mail id the input claims, the input)."""
+        try:
+            return hold.acquire(wait=False), None, msgs
+        except SessionBusyError:
+            pass
+        mail_id: str | None = None
+        if self._policy == "rollback":
+            mailbox.post_abort(mail, self._p.id, "rollback", None)
+        else:
+            mail_id = mailbox.mail_key()
+            msgs = idem.claim(msgs, mail_id)
+            mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
+                               mail_id=mail_id)
+        return hold.acquire(wait=True, signal=control.signal), mail_id, msgs
 
     def _new_turn(
         self, control: TurnControl, msgs: tuple[Message, ...], hold: LeaseHold | None,
@@ -379,12 +422,12 @@ class SessionTurn:
                       session_used=st.used, durable=p.checkpoints is not None)
         committer = p.committer if p.checkpoints is not None else None
 
-        key = key_of(state.input)
         sealed: list[tuple[ExecutionResult, ExecutionResult]] = []
 
         def commit(result: ExecutionResult) -> None:
-            if key is not None:  # the key sealed in the commit: see _idempotency
-                sealed.append((result, idem.seal(result, key)))
+            keys = idem.claims(result.messages)
+            if keys:  # the keys claimed in the turn sealed in its commit: see _idempotency
+                sealed.append((result, idem.seal(result, keys)))
                 result = sealed[-1][1]
             _commit(p, result.messages, writer=writer, key=state.key, committer=committer,
                     hold=hold, release=last)
@@ -399,6 +442,15 @@ class SessionTurn:
             with st.lock:
                 st.awaiting = result.approval_id
         return result
+
+
+def _quiet_drop(mail: MailOps | None, mail_id: str) -> None:
+    if mail is None:
+        return
+    try:
+        mail.drop(mail_id)
+    except Exception:
+        _log.warning("could not drop mail %s", mail_id, exc_info=True)
 
 
 def key_of(msgs: Sequence[Message] | None) -> str | None:

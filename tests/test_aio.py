@@ -39,7 +39,7 @@ COROUTINES = {
     "AsyncApprovals": {"resolve", "list", "get", "page"},
     "AsyncSession": {"send", "load", "compact", "clear", "pending", "resume",
                      "discard_pending", "delete", "undo", "fork", "set_metadata", "history",
-                     "start", "current_turn"},
+                     "start", "current_turn", "abort_turn"},
     "AsyncAgentRun": {"result"},
 }
 

@@ -100,6 +100,7 @@ from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
 from ._sqlite_events import SqliteEventOps
+from ._sqlite_mail import SqliteMailOps
 from ._sqlite_ops import (
     SqliteApprovals,
     SqliteCheckpoints,
@@ -148,10 +149,15 @@ class SqliteSessionStore(LeaseRules, AppendRules):
         self._leases = SqliteLeases(db)
         self._commits = SqliteCommits(db)
         self._events = SqliteEventOps(db)
+        self._mail = SqliteMailOps(db)
 
     def event_ops(self) -> SqliteEventOps:
         """The event log's primitives (``start()``/``attach()``): rows in this file."""
         return self._events
+
+    def mail_ops(self) -> SqliteMailOps:
+        """The session mailbox's primitives (turn policies across processes)."""
+        return self._mail
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""

@@ -1,0 +1,114 @@
+"""The session mailbox's cost: a plain turn with and without it, and how long input from
+another connection takes to reach the running turn.
+
+    python benchmarks/bench_mailbox.py [--turns N] [--rounds N]
+
+1. A plain ``send()`` on ``SqliteStore`` (scripted model, no tool) with the mailbox (the
+   owner registers its turn with the mailbox watcher) and without it (``mail_ops_of``
+   answering None, as before the mailbox), interleaved in blocks, median µs per turn and
+   the ratio (goal: at most 1.05).
+2. The delay from B's ``send()`` (``turn_policy="queue"``, its own SqliteStore object on the
+   same file: its own connection and lease owner, as another process has) to
+   ``input.applied`` in A's running turn (A is in a tool that returns once input is
+   offered), p50 and p90 over ``--rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lousho_sync.turns as turns_mod
+from lousho_sync import ModelRequest, ScriptedProvider, Step, create_agent, tool
+from lousho_sync.sqlite import SqliteStore
+
+
+def plain(turns: int) -> tuple[float, float]:
+    root = Path(tempfile.mkdtemp())
+    agent = create_agent(provider=ScriptedProvider(default="ok"),
+                         store=SqliteStore(root / "a.db"))
+    real = turns_mod.mail_ops_of
+    on: list[float] = []
+    off: list[float] = []
+    for block in range(10):
+        for mode, out in (("on", on), ("off", off)) if block % 2 else (("off", off),
+                                                                       ("on", on)):
+            turns_mod.mail_ops_of = real if mode == "on" else (lambda _s: None)
+            s = agent.session(id=f"s-{block}-{mode}")
+            s.send("warm")
+            for _ in range(turns // 10):
+                t = time.perf_counter()
+                s.send("hello there")
+                out.append(time.perf_counter() - t)
+    turns_mod.mail_ops_of = real
+    return statistics.median(on) * 1e6, statistics.median(off) * 1e6
+
+
+def delay(rounds: int) -> list[float]:
+    root = Path(tempfile.mkdtemp())
+    holder: dict[str, Any] = {}
+
+    @tool
+    def hold() -> str:
+        """Wait for input."""
+        control = holder["a"]._state.current.control
+        control.offered.wait(30)
+        return "held"
+
+    def answer(request: ModelRequest) -> Step | str:
+        last = list(request.messages)[-1]
+        return Step(tool_calls=[("hold", {})]) if last.text.startswith("A") else "ok"
+
+    a_agent = create_agent(provider=ScriptedProvider(default=answer), tools=[hold],
+                           store=SqliteStore(root / "a.db"))
+    b_agent = create_agent(provider=ScriptedProvider(default="ok"),
+                           store=SqliteStore(root / "a.db"))
+    out: list[float] = []
+    for i in range(rounds):
+        a = holder["a"] = a_agent.session(id=f"d{i}")
+        b = b_agent.session(id=f"d{i}", turn_policy="queue")
+        in_tool = threading.Event()
+        applied: list[float] = []
+
+        def run_a(a: Any = a, in_tool: threading.Event = in_tool,
+                  applied: list[float] = applied) -> None:
+            run = a.stream("A")
+            for e in run:
+                if e.type == "tool.call":
+                    in_tool.set()
+                if e.type == "input.applied":
+                    applied.append(time.perf_counter())
+            holder["ra"] = run.result()
+
+        ta = threading.Thread(target=run_a)
+        ta.start()
+        in_tool.wait(30)
+        t0 = time.perf_counter()
+        r = b.send("B")
+        ta.join()
+        assert r.joined and applied, (holder.get("ra"), r)
+        out.append(applied[0] - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=40)
+    args = ap.parse_args()
+    on, off = plain(args.turns)
+    print(f"plain turn, SqliteStore: with mailbox {on:.0f} µs, without {off:.0f} µs, "
+          f"ratio {on / off:.3f}")
+    d = sorted(delay(args.rounds))
+    p50, p90 = statistics.median(d) * 1e3, d[int(len(d) * 0.9)] * 1e3
+    print(f"B send() -> input.applied in A's turn, SqliteStore: p50 {p50:.1f} ms, "
+          f"p90 {p90:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Child processes for the session mailbox (turn policies across processes).
+
+    python tests/mail_child.py ROLE KIND DIR
+
+ROLE ``owner``: sends ``"A"``; the model calls ``hold``, which prints ``IN_TOOL`` and
+blocks until the turn is offered input from another call (``queue``) or is aborted; the
+next model call answers ``"saw: <user messages>"``. ROLE ``queue``/``steer``/``rollback``
+sends ``"B"`` under that policy; ROLE ``abort`` calls ``abort_turn()``. Each prints
+``ready``, waits for a line on stdin, then prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from crash_child import make_store
+
+from lousho_sync import ModelRequest, ScriptedProvider, Step, create_agent, tool
+
+SESSION = "mailbox"
+WAIT_S = 60.0
+
+
+def main() -> None:
+    role, kind, root = sys.argv[1:]
+    holder: dict[str, Any] = {}
+
+    @tool
+    def hold() -> str:
+        """Wait for another call's input (or an abort)."""
+        control = holder["session"]._state.current.control  # the running turn's control
+        control.signal.add_callback(control.offered.set)  # wake on an abort too
+        print("IN_TOOL", flush=True)
+        control.offered.wait(WAIT_S)
+        return "held"
+
+    def answer(request: ModelRequest) -> Step | str:
+        msgs = list(request.messages)
+        if msgs[-1].role == "user" and msgs[-1].text == "A":
+            return Step(tool_calls=[("hold", {})])
+        return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
+
+    policy = role if role in ("queue", "steer", "rollback") else "wait"
+    agent = create_agent(provider=ScriptedProvider(default=answer), tools=[hold],
+                         store=make_store(kind, Path(root)))
+    session = holder["session"] = agent.session(id=SESSION, turn_policy=policy)  # type: ignore[arg-type]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    if role == "abort":
+        print(json.dumps({"asked": session.abort_turn("stop it")}), flush=True)
+        return
+    r = session.send("A" if role == "owner" else "B")
+    print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
+                      "joined": r.joined, "messages": [m.text for m in r.messages]}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
