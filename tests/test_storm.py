@@ -63,6 +63,7 @@ def _storm(kind: str, location: str, logs: Path, seed: int) -> list[str]:
     procs = [_spawn(kind, location, w, seed, logs) for w in range(WORKERS)]
     anomalies: list[str] = []
     try:
+        _await_first_send(logs, procs)
         for _ in range(KILLS):
             time.sleep(rng.uniform(0.05, 0.5))  # the storm's pace, not a synchronisation
             for w, proc in enumerate(procs):
@@ -78,6 +79,16 @@ def _storm(kind: str, location: str, logs: Path, seed: int) -> list[str]:
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
     return anomalies
+
+
+def _await_first_send(logs: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Wait until some worker has sent a turn, so a loaded machine's slow start-up (imports,
+    first resume) is not what the kills measure."""
+    deadline = time.monotonic() + 120
+    while not _effects(logs)["sent"]:
+        assert time.monotonic() < deadline, "no storm worker sent a turn within 120 s"
+        assert all(p.poll() is None for p in procs), "a storm worker died before its first turn"
+        time.sleep(0.05)  # polling the workers' logs: they are other processes
 
 
 def _effects(logs: Path) -> dict[str, collections.Counter[str]]:

@@ -10,7 +10,8 @@ file, the model answering a word every ``PACE_S`` seconds.
 4. under gunicorn with 4 workers (SQLite, PostgreSQL), a turn started by one worker's POST
    is streamed to the page by another worker (the access log names each request's worker);
 5. the gunicorn worker that runs the turn is SIGKILLed mid-answer: another worker takes the
-   turn over, the page shows a ``step.reset`` and still ends with the committed answer, once.
+   turn over, the page shows a ``step.reset`` and still ends with the committed answer, once;
+6. the README's Flask section, copied with the page beside it, survives three cuts too.
 
 Skipped with the reason, or failing under CI, as tests/browser/test_inbox_browser.py is; a
 failing test saves each browser's screenshot, page and console log there.
@@ -44,12 +45,14 @@ QUESTION = " ".join(f"word{i}" for i in range(50))
 
 class CutProxy:
     """Forwards every connection to ``port``; the first ``cuts`` responses to a
-    ``GET .../events`` are cut (both sockets closed) once ``after`` text deltas of it went
-    through — mid-answer, possibly mid-frame."""
+    ``GET .../events`` are cut (both sockets closed) right after ``after`` frames holding
+    ``marker`` (text deltas) went through, in the middle of the next such frame."""
 
-    def __init__(self, port: int, cuts: int, after: int) -> None:
+    def __init__(self, port: int, cuts: int, after: int,
+                 marker: bytes = b"event: text.delta") -> None:
         self._target = port
         self._after = after
+        self._marker = marker
         self._lock = threading.Lock()
         self.to_cut = cuts
         self.cut = 0
@@ -82,19 +85,24 @@ class CutProxy:
         self._close(src, dst)
 
     def _down(self, src: socket.socket, dst: socket.socket, state: dict[str, bool]) -> None:
-        deltas = 0
+        seen = 0
         with contextlib.suppress(OSError):
             while chunk := src.recv(65536):
-                dst.sendall(chunk)
-                if not state["events"]:
-                    continue
-                deltas += chunk.count(b"event: text.delta")
-                with self._lock:
-                    cut = deltas >= self._after and self.to_cut > 0
-                    if cut:
-                        self.to_cut -= 1
-                        self.cut += 1
-                if cut:
+                cut_at = None
+                if state["events"]:
+                    at = chunk.find(self._marker)
+                    while at >= 0:
+                        if seen == self._after:  # the next such frame: cut before it
+                            with self._lock:
+                                if self.to_cut > 0:
+                                    self.to_cut -= 1
+                                    self.cut += 1
+                                    cut_at = at
+                            break
+                        seen += 1
+                        at = chunk.find(self._marker, at + 1)
+                dst.sendall(chunk if cut_at is None else chunk[:cut_at])
+                if cut_at is not None:
                     break
         self._close(src, dst)
 
@@ -352,3 +360,47 @@ def test_the_worker_running_the_turn_is_killed_and_the_page_still_ends_whole(
         assert body.count(answer["text"]) == 1
     finally:
         server.stop()
+
+
+def test_the_readme_flask_app_with_the_page_survives_dropped_connections(
+    browsers: Browsers, tmp_path: Path
+) -> None:
+    """What a user gets who copies the README's Flask section and the page beside it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_readme import PYTHON_BLOCKS
+
+    (block,) = [code for heading, code in PYTHON_BLOCKS
+                if heading.startswith("Streaming an answer over HTTP")]
+    (tmp_path / "chat.py").write_text(block)
+    (tmp_path / "chat.html").write_text((ROOT / "examples" / "static" / "chat.html").read_text())
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "chat.py", "run",
+                             "--port", str(port)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if f"127.0.0.1:{port}".encode() in line:
+                break
+        else:
+            pytest.fail(f"the README app did not start (exit {proc.wait()})")
+        threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+        # every event stream is cut after its first frame, three times
+        proxy = CutProxy(port, cuts=3, after=1, marker=b"\nevent: ")
+        try:
+            driver = browsers.open()
+            open_chat(driver, proxy.port, "reader")
+            send(driver, "Hi")
+            wait_done(driver)
+            assert proxy.cut == 3
+        finally:
+            proxy.close()
+        answer = committed(port, "reader")[-1]
+        assert (answer["role"], answer["text"]) == ("assistant", "Hello from lousho.")
+        assert assistant_texts(driver) == ["Hello from lousho."]
+        body = driver.execute_script("return document.body.textContent")
+        assert body.count("Hello from lousho.") == 1
+    finally:
+        proc.terminate()
+        proc.wait(WAIT)
