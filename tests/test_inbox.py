@@ -1,8 +1,9 @@
 """``lousho serve`` over HTTP, as a client meets it: a real server on 127.0.0.1 in a child
 process, a real SQLite file, turns paused by other processes. The token (401 without it, a
 cookie that is HttpOnly and SameSite=Strict), CSRF (403), escaping, the security headers,
-resolve-once (409 saying who decided), read-only without an agent, and the WSGI callable
-mounted in another server. What a browser does with the pages: tests/browser/."""
+resolve-once (409 saying who decided), read-only without an agent, the WSGI callable
+mounted in another server, and a running turn's events streamed live. What a browser does
+with the pages: tests/browser/."""
 
 from __future__ import annotations
 
