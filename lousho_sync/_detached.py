@@ -276,6 +276,11 @@ def _take_over(
 ) -> None:
     turn_id = head.turn_id
     publisher: Publisher | None = None
+    # the log may hold rows past its head's last_seq (a driver killed between the two
+    # writes of a store that cannot make them one): go on after the last row
+    beyond = log.ops.read(turn_id, head.last_seq, 1 << 30)
+    if beyond:
+        head = attrs.evolve(head, last_seq=beyond[-1][0])
     seq = head.last_seq
 
     def publish(event: RunEvent) -> None:

@@ -97,6 +97,8 @@ def check_storable_id(value: object, what: str) -> str:
     naming ``what`` ("approval id") and the rule."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{what} must be a str, got {type(value).__name__}")
+    if value.isascii() and "\0" not in value:  # the common case, in C
+        return value
     found = _UNSTORABLE_ID.search(value)
     if found is not None:
         raise InvalidInputError(
@@ -110,6 +112,8 @@ def _surrogate(value: object, depth: int) -> str | None:
     """The first surrogate code point in any str inside ``value`` (strs, mapping keys and
     values, lists, tuples, attrs records), or None."""
     if isinstance(value, str):
+        if value.isascii():  # the common case, in C: no surrogate possible
+            return None
         found = _SURROGATE.search(value)
         return None if found is None else found.group()
     if depth > _MAX_DEPTH or value is None or isinstance(value, (bytes, int, float)):

@@ -159,7 +159,7 @@ class Session:
         without progress frees its key. A keyed call waits for a running turn under every
         policy but ``"reject"``.
         """
-        key = idem.check_key(idempotency_key)
+        key = None if idempotency_key is None else idem.check_key(idempotency_key)
         driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
@@ -170,7 +170,7 @@ class Session:
     ) -> AgentRun:
         """The same turn as an :class:`AgentRun`; it joins the queue now
         (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
-        key = idem.check_key(idempotency_key)
+        key = None if idempotency_key is None else idem.check_key(idempotency_key)
         driver, control, discard = self._start(to_messages(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
 
@@ -183,7 +183,7 @@ class Session:
         Iterating the run reads them live (leaving the loop does not abort the turn);
         ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it.
         ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
-        key = idem.check_key(idempotency_key)
+        key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
         driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
                                                key=key)

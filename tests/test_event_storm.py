@@ -61,6 +61,7 @@ def test_kill_storm_with_attached_readers(kind: str, tmp_path: Path) -> None:
         session = check.session(id=sid)
         texts = [m.text for m in session.load()]
         if len(texts) > 2:
+            print("committed twice:", sid, texts)
             twice += 1
         out = results[sid]
         if "error" in out:  # the reader's error: only a turn lost before it was recorded
@@ -70,12 +71,14 @@ def test_kill_storm_with_attached_readers(kind: str, tmp_path: Path) -> None:
         events = out["events"]
         seqs = [e["seq"] for e in events]
         if seqs != list(range(len(seqs))):
+            print("out of order:", sid, seqs)
             disorder += 1
         resets += any(e["type"] == "step.reset" for e in events)
         done = events[-1]
         assert done["type"] == "run.done", (sid, events[-3:])
         if texts == ["go", ANSWER]:
             if applied(events) != ANSWER:
+                print("wrong text:", sid, applied(events))
                 wrong += 1
         else:  # never committed: the reader was told so (error, run.done)
             assert texts == [] and events[-2]["type"] == "error", (sid, texts, events[-3:])

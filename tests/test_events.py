@@ -446,3 +446,26 @@ def test_a_paused_turn_ends_its_readers_and_is_reported_paused(tmp_path: Path) -
     agent.approvals.resolve(id=result.approval_id or "", approved=True)
     assert session.current_turn() is None
     assert [m.text for m in session.load()][-1] == "Done."
+
+
+def test_a_takeover_goes_on_after_rows_written_past_the_head(tmp_path: Path) -> None:
+    """A driver killed between writing rows and updating its head (files: two writes)."""
+    import time
+
+    from lousho_sync.stores._events import TurnHead
+    from lousho_sync.stores._lease import HOST
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that existed and is dead: its pid is free
+    owner = f"{HOST}:{gone.pid}:dead"
+    store = make_store("files", tmp_path)
+    ops = event_ops_of(store.sessions)
+    ops.begin(TurnHead(turn_id="t1", session_id="s1", owner=owner, started_at=time.time()))
+    rows = [(0, '{"type":"step.start","step":1}'), (1, '{"type":"text.delta","text":"a"}')]
+    ops.append("t1", rows[:1], owner=owner, status="running", ended_at=None)
+    (tmp_path / "sessions" / ".events" / "t1.log").open("a").write(f"1 {rows[1][1]}\n")
+    assert ops.head("t1").last_seq == 0  # type: ignore[union-attr]
+    session = create_agent(provider=ScriptedProvider(default="x"), store=store).session(id="s1")
+    events = list(session.attach("t1"))  # taken over: nothing was recorded, so it failed
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert [e.type for e in events][-2:] == ["error", "run.done"]
