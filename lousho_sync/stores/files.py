@@ -87,6 +87,7 @@ from ._common import (
 )
 from ._events import prune_events
 from ._file_events import FileEventOps
+from ._file_mail import FileMailOps
 from ._lease import make_owner, poll_until
 from .base import Fence, now
 from .storage import (
@@ -274,11 +275,17 @@ class FileSessionStore:
         self._leases_lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
         self._events = FileEventOps(self._path)
+        self._mail = FileMailOps(self._path)
 
     def event_ops(self) -> FileEventOps:
         """The event log's primitives (``start()``/``attach()``): files under
         ``<dir>/.events/``."""
         return self._events
+
+    def mail_ops(self) -> FileMailOps:
+        """The session mailbox's primitives (turn policies across processes): files under
+        ``<dir>/.mail/``."""
+        return self._mail
 
     def __repr__(self) -> str:
         return f"FileSessionStore({str(self._path)!r})"

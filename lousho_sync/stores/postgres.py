@@ -94,6 +94,7 @@ from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
 from ._postgres_events import PostgresEventOps
+from ._postgres_mail import PostgresMailOps
 from ._postgres_ops import (
     INSERT_MESSAGES,
     PostgresApprovals,
@@ -228,7 +229,12 @@ class PostgresSessionStore(LeaseRules, AppendRules):
         self.combined = combined
         self._leases = PostgresLeases(db)
         self._commits = PostgresCommits(db)
+        self._mail = PostgresMailOps(db)
         self._events = PostgresEventOps(db)
+
+    def mail_ops(self) -> PostgresMailOps:
+        """The session mailbox's primitives (turn policies across processes)."""
+        return self._mail
 
     def event_ops(self) -> PostgresEventOps:
         """The event log's primitives (``start()``/``attach()``)."""

@@ -107,6 +107,7 @@ from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms
 from ._redis_events import RedisEventOps
+from ._redis_mail import RedisMailOps
 from ._redis_ops import (
     RedisApprovals,
     RedisCheckpoints,
@@ -153,10 +154,15 @@ class RedisSessionStore(LeaseRules, AppendRules):
         self._leases = RedisLeases(conn)
         self._commits = RedisCommits(conn, self._ttl_ms)
         self._events = RedisEventOps(conn)
+        self._mail = RedisMailOps(conn)
 
     def event_ops(self) -> RedisEventOps:
         """The event log's primitives (``start()``/``attach()``)."""
         return self._events
+
+    def mail_ops(self) -> RedisMailOps:
+        """The session mailbox's primitives (turn policies across processes)."""
+        return self._mail
 
     def _keys(self, id: str) -> builtins.list[str]:
         return session_keys(self._c, id)

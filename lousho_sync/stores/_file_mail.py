@@ -1,0 +1,90 @@
+"""The file store's mailbox primitives, under ``<sessions dir>/.mail/``: one file per mail,
+``<session>~<arrival ns>-<id>.mail``, written whole then renamed into place; taking it is a
+rename to ``.taken`` (exactly one process wins a rename), so no lock is needed. An owner in
+another process notices new mail by listing the directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import StoreUnavailableError
+from ._mail import Mail
+
+__all__ = ["FileMailOps"]
+
+
+def _safe(mail_id: str) -> str:
+    return mail_id.replace(":", "_")
+
+
+class FileMailOps:
+    """:class:`~lousho_sync.stores._mail.MailOps` on a directory."""
+
+    def __init__(self, dir: Path) -> None:
+        self._dir = dir / ".mail"
+
+    def _fail(self, what: str, exc: OSError) -> StoreUnavailableError:
+        return StoreUnavailableError(f"could not {what} in the file store at {self._dir}: "
+                                     f"{exc}", path=str(self._dir))
+
+    def _names(self) -> list[str]:
+        try:
+            return os.listdir(self._dir)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._fail("list the mailbox", exc) from exc
+
+    def post(self, session_id: str, mail_id: str, kind: str, data: str,
+             posted_at: float) -> None:
+        body = json.dumps({"mail_id": mail_id, "session_id": session_id, "kind": kind,
+                           "data": data, "posted_at": posted_at})
+        name = f"{session_id}~{time.time_ns():020d}-{_safe(mail_id)}.mail"
+        tmp = self._dir / f".{uuid.uuid4().hex}.tmp"
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(body, encoding="utf-8")
+            os.replace(tmp, self._dir / name)
+        except OSError as exc:
+            raise self._fail("post to a session's mailbox", exc) from exc
+
+    def take(self, session_ids: Sequence[str]) -> list[Mail]:
+        wanted = set(session_ids)
+        names = sorted((n for n in self._names()
+                        if n.endswith(".mail") and n.partition("~")[0] in wanted),
+                       key=lambda n: n.partition("~")[2])
+        out: list[Mail] = []
+        for n in names:
+            taken = self._dir / f"{n[:-5]}.taken"
+            try:
+                os.rename(self._dir / n, taken)  # exactly one process wins
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._fail("take a mail", exc) from exc
+            try:
+                d = json.loads(taken.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            out.append(Mail(len(out), str(d["mail_id"]), str(d["session_id"]), str(d["kind"]),
+                            str(d["data"]), float(d["posted_at"])))
+        return out
+
+    def drop(self, mail_id: str) -> None:
+        tail = f"-{_safe(mail_id)}."
+        for n in self._names():
+            if tail in n:
+                try:
+                    os.unlink(self._dir / n)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise self._fail("drop a mail", exc) from exc
+
+    def version(self) -> int:
+        return hash(frozenset(n for n in self._names() if n.endswith(".mail")))
