@@ -5,9 +5,9 @@ is stored exactly once, no call id is stored twice, the ``report`` tool ran at m
 call id, no tool call lacks its result, no turn whose tools ran is lost, every session loads.
 
 ``LOUSHO_STORM_KILLS`` sets the kills per store: 20 by default, so that the whole suite stays
-a few minutes (CI's first run makes 50); a long run, before a release or after touching commits, leases or
-checkpoints: ``LOUSHO_STORM_KILLS=300 pytest tests/test_storm.py`` (the timeout grows with
-it). ``LOUSHO_STORM_SEED`` replays a run (the seed is printed).
+a few minutes (CI's first run makes 50); a long run, before a release or after touching
+commits, leases or checkpoints: ``LOUSHO_STORM_KILLS=300 pytest tests/test_storm.py`` (the
+timeout grows with it). ``LOUSHO_STORM_SEED`` replays a run (the seed is printed).
 """
 
 from __future__ import annotations
