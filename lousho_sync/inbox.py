@@ -3,7 +3,8 @@ WSGI callable to mount in Flask, Django or any WSGI server (:func:`inbox_app`).
 
 Pages, rendered on the server with a little plain JavaScript and no external asset: the
 sessions catalog (page by page, with metadata, filtered by id prefix), one session (its
-transcript, its pending turn), and the inbox (pending approvals of every session, each with
+transcript, its pending turn, its running turn live through server-sent events from
+``GET /sessions/<id>/events``), and the inbox (pending approvals of every session, each with
 approve and deny and a reason).
 
 Security is part of it. Every request needs the token: a browser brings it once as
@@ -29,7 +30,7 @@ import secrets
 import socketserver
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -40,13 +41,18 @@ from .errors import (
     ApprovalExpiredError,
     ApprovalNotFoundError,
     ConfigError,
+    InvalidEventIdError,
     InvalidSessionIdError,
     LoushoError,
 )
+from .events import RunEvent
 from .ids import validate_session_id
 from .messages import Message
 from .providers.scripted import ScriptedProvider
 from .records import ApprovalRecord, session_key
+from .session import Session
+from .sse import HEADERS as SSE_HEADERS
+from .sse import sse_stream
 from .stores.base import supports_catalog
 
 __all__ = ["COOKIE", "TOKEN_ENV", "InboxApp", "inbox_app", "make_inbox_server", "new_token"]
@@ -87,24 +93,66 @@ class _Reply(Exception):
         self.headers = list(headers)
 
 
+class _Stream(Exception):
+    """A streamed response (server-sent events) raised from a handler."""
+
+    def __init__(self, frames: Iterator[str]) -> None:
+        super().__init__("stream")
+        self.frames = frames
+
+
+class _Streamed:
+    """The WSGI body of an event stream: frames as bytes, written one by one (wsgiref
+    flushes each). ``close()`` (the server calls it when the browser leaves: the next write
+    fails) closes the frames, which stops reading the turn; the turn goes on."""
+
+    def __init__(self, frames: Iterator[str]) -> None:
+        self._frames = frames
+
+    def __iter__(self) -> Iterator[bytes]:
+        for frame in self._frames:
+            yield frame.encode("utf-8")
+
+    def close(self) -> None:
+        close = getattr(self._frames, "close", None)
+        if close is not None:
+            close()
+
+
+class _ReadOnly:
+    """A session's ``attach`` without takeover: watching a turn never drives it."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def attach(self, turn_id: str | None = None, *, after: int = -1) -> Iterable[RunEvent]:
+        return self._session.attach(turn_id, after=after, takeover=False)
+
+
 class InboxApp:
     """The WSGI application (see the module docstring); build it with :func:`inbox_app`."""
 
     def __init__(self, agent: Agent, *, token: str, can_decide: bool,
-                 page_size: int = PAGE_SIZE) -> None:
+                 page_size: int = PAGE_SIZE, heartbeat_s: float = 15.0) -> None:
         if not isinstance(token, str) or len(token) < 16:
             raise ConfigError("the inbox token must be a str of at least 16 characters "
                               "(secrets.token_urlsafe() makes one)")
         self.agent = agent
         self.can_decide = can_decide
         self.page_size = page_size
+        self.heartbeat_s = heartbeat_s
         self._token = token
         self._csrf = hmac.new(token.encode(), b"lousho-inbox-csrf", hashlib.sha256).hexdigest()
 
     # --- WSGI ------------------------------------------------------------------------------
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+    def __call__(self, environ: dict[str, Any],
+                 start_response: StartResponse) -> Iterable[bytes]:
         try:
             status, body, headers = self._handle(environ)
+        except _Stream as stream:
+            start_response("200 OK", [*SSE_HEADERS.items(),
+                                      *(h for h in _HEADERS if h[0] != "Cache-Control")])
+            return _Streamed(stream.frames)
         except _Reply as reply:
             status, body, headers = reply.status, reply.body, reply.headers
         except Exception as exc:  # never a traceback to the browser
@@ -114,7 +162,7 @@ class InboxApp:
                 "Error", f"<p class=error>{_e(type(exc).__name__)}: {_e(exc)}</p>"), []
         root = str(environ.get("SCRIPT_NAME", "")).rstrip("/")
         if root:  # mounted under a path: every link the pages make goes under it
-            for attr in ("href", "action", "src"):
+            for attr in ("href", "action", "src", "data-events"):
                 body = body.replace(f'{attr}="/', f'{attr}="{root}/')
             headers = [(k, root + v if k == "Location" and v.startswith("/") else
                         v.replace("Path=/", f"Path={root}/") if k == "Set-Cookie" else v)
@@ -160,6 +208,8 @@ class InboxApp:
             return "200 OK", self._inbox(args), []
         if path == "/sessions":
             return "200 OK", self._sessions(args), []
+        if path.startswith("/sessions/") and path.endswith("/events"):
+            raise _Stream(self._events(path[len("/sessions/"):-len("/events")], args, environ))
         if path.startswith("/sessions/"):
             return "200 OK", self._session(path[len("/sessions/"):], args), []
         if path.startswith("/approvals/"):
@@ -297,7 +347,8 @@ class InboxApp:
         store: Any = session.store
         info = store.info(sid) if supports_catalog(store) else None
         pending = session.pending()
-        if not messages and info is None and pending is None:
+        live, running = self._live(session)
+        if not messages and info is None and pending is None and not running:
             raise _Reply("404 Not Found", self._page("Not found",
                                                      f"<p>No session {_e(sid)}.</p>"))
         parts = []
@@ -330,11 +381,46 @@ class InboxApp:
             parts.append("<p id=pending>A turn is unfinished: running in another process, or "
                          f"interrupted (then <code>agent.resume({_e(repr(sid))})</code> "
                          "finishes it).</p>")
-        parts.append(
-            "<h2>Running turn</h2><p class=muted id=live>The live view of a running turn is "
-            "not here yet: it needs <code>Session.attach()</code> (the issue “A turn outlives "
-            "its connection”). Until then this page shows committed turns; reload it.</p>")
+        parts.append("<h2>Running turn</h2>" + live)
         return self._page(f"Session {sid}", "".join(parts))
+
+    def _live(self, session: Session) -> tuple[str, bool]:
+        """The running turn's live view: an empty list the page's script fills from the
+        events endpoint (the text as text), or a line saying no turn is running; and
+        whether a turn runs."""
+        try:
+            turn = session.current_turn()
+        except LoushoError as exc:  # a store without an event log
+            return f"<p class=muted id=live>No live view: {_e(exc)}</p>", False
+        if turn is None or turn.status == "paused":
+            return "<p class=muted id=live>No turn is running.</p>", False
+        q = urllib.parse.urlencode({"turn": turn.turn_id})
+        state = ("Its process died: it waits to be resumed." if turn.status == "interrupted"
+                 else "Running…")
+        return (f'<div id=live data-events="/sessions/{_e(session.id)}/events?{_e(q)}" '
+                f'data-turn="{_e(turn.turn_id)}"><p id=live-state>{_e(state)}</p>'
+                '<ol class="transcript live" id=live-steps></ol></div>', True)
+
+    def _events(self, sid: str, args: Mapping[str, str],
+                environ: Mapping[str, Any]) -> Iterator[str]:
+        """The frames of the session's turn (``?turn=`` or its latest), after the browser's
+        ``Last-Event-ID`` when it reconnects; 204 when there is no turn to show."""
+        try:
+            validate_session_id(sid)
+        except InvalidSessionIdError as exc:
+            raise _Reply("404 Not Found", self._page("Not found", f"<p>{_e(exc)}</p>")) from exc
+        session = self.agent.session(sid)
+        last = environ.get("HTTP_LAST_EVENT_ID") or None
+        try:
+            return sse_stream(_ReadOnly(session), last_event_id=last,
+                              turn_id=args.get("turn") or None, heartbeat_s=self.heartbeat_s)
+        except InvalidEventIdError as exc:
+            raise _Reply("400 Bad Request", self._page("Bad request",
+                                                       f"<p>{_e(exc)}</p>")) from exc
+        except LoushoError as exc:
+            if exc.code != "LOUSHO_TURN_NOT_FOUND":
+                raise
+            raise _Reply("204 No Content", "") from exc
 
     def _approval(self, aid: str) -> str:
         record = self.agent.approvals.get(urllib.parse.unquote(aid))
@@ -444,14 +530,19 @@ def _transcript(messages: Iterable[Message], css: str = "transcript") -> str:
     return f"<ol class=\"{css}\">{''.join(items)}</ol>"
 
 
-def inbox_app(store_or_agent: Any, *, token: str, page_size: int = PAGE_SIZE) -> InboxApp:
+def inbox_app(store_or_agent: Any, *, token: str, page_size: int = PAGE_SIZE,
+              heartbeat_s: float = 15.0) -> InboxApp:
     """The inbox as a WSGI application over an :class:`~lousho_sync.agent.Agent` (it decides:
     its model and tools continue decided turns) or a store (read-only). ``token`` (at least
-    16 characters) is what every request must bring (see the module docstring)."""
+    16 characters) is what every request must bring (see the module docstring).
+    ``heartbeat_s``: the live view's keep-alive period (a browser that left is noticed at
+    the next write)."""
     if isinstance(store_or_agent, Agent):
-        return InboxApp(store_or_agent, token=token, can_decide=True, page_size=page_size)
+        return InboxApp(store_or_agent, token=token, can_decide=True, page_size=page_size,
+                        heartbeat_s=heartbeat_s)
     reader = create_agent(provider=ScriptedProvider(default=""), store=store_or_agent)
-    return InboxApp(reader, token=token, can_decide=False, page_size=page_size)
+    return InboxApp(reader, token=token, can_decide=False, page_size=page_size,
+                    heartbeat_s=heartbeat_s)
 
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
@@ -487,6 +578,75 @@ _JS = """\
       document.addEventListener("DOMContentLoaded", fn);
     }
   }
+  // The running turn, live: its events from the server (text is put in as text, never
+  // as HTML); step.reset drops what the step showed; run.done ends the view.
+  function live(box) {
+    if (!box || !box.getAttribute("data-events") || !window.EventSource) { return; }
+    var state = document.getElementById("live-state");
+    var list = document.getElementById("live-steps");
+    var steps = {};
+    var current = 0;
+    var source = new EventSource(box.getAttribute("data-events"));
+    function say(text) { state.textContent = text; }
+    function step(n) {
+      if (!steps[n]) {
+        var li = document.createElement("li");
+        li.className = "message assistant";
+        li.setAttribute("data-step", String(n));
+        list.appendChild(li);
+        steps[n] = li;
+      }
+      return steps[n];
+    }
+    function on(type, fn) {
+      source.addEventListener(type, function (e) { if (e.data) { fn(JSON.parse(e.data)); } });
+    }
+    function block(tag, css, text) {
+      var el = document.createElement(tag);
+      el.className = css;
+      el.textContent = text;
+      return el;
+    }
+    on("run.start", function () { say("Running…"); });
+    on("step.start", function (d) { current = d.step; step(current); });
+    on("step.reset", function (d) {
+      if (steps[d.step]) { steps[d.step].remove(); delete steps[d.step]; }
+    });
+    on("text.delta", function (d) {
+      var li = step(current);
+      var last = li.lastElementChild;
+      if (!last || last.className !== "text") { last = li.appendChild(block("pre", "text", "")); }
+      last.appendChild(document.createTextNode(d.text));
+    });
+    on("tool.call", function (d) {
+      var call = block("div", "call", "calls ");
+      call.appendChild(block("b", "tool", d.call.name));
+      call.appendChild(block("pre", "arguments", JSON.stringify(d.call.arguments, null, 2)));
+      step(current).appendChild(call);
+    });
+    on("tool.result", function (d) {
+      step(current).appendChild(block("pre", d.is_error ? "result error" : "result", d.result));
+    });
+    on("approval.requested", function (d) {
+      say("Waiting for a decision on " + d.call.name + ": reload the page to decide.");
+    });
+    on("error", function (d) { say("The turn failed: " + (d.error && d.error.message)); });
+    on("run.done", function (d) {
+      source.close();
+      if (d.finish_reason !== "awaiting-approval") {
+        say("The turn ended (" + d.finish_reason + "). Reload the page to see it in the " +
+            "transcript.");
+      }
+      box.setAttribute("data-done", d.finish_reason);
+    });
+    source.addEventListener("error", function (e) {
+      if (!e.data && source.readyState === EventSource.CLOSED &&
+          !box.getAttribute("data-done")) {
+        say("The live view was cut: reload the page.");
+      }
+    });
+  }
+
   ready(function () {
     var who = document.getElementById("operator");
     var name = "";
@@ -509,6 +669,7 @@ _JS = """\
         }, 0);
       });
     });
+    live(document.getElementById("live"));
     document.documentElement.setAttribute("data-inbox-ready", "1");
   });
 })();
@@ -535,5 +696,6 @@ form.decide input[name=reason] { width: 12em; }
 button.approve { background: #16a34a; color: #fff; border: 0; padding: .3em .8em; }
 button.deny { background: #dc2626; color: #fff; border: 0; padding: .3em .8em; }
 .notice { background: #ecfdf5; padding: .5em 1em; }
+.call b, .result { font-size: .9em; }
 .conflict, .error { background: #fef2f2; padding: .5em 1em; }
 """

@@ -1,8 +1,9 @@
 """``lousho serve`` over HTTP, as a client meets it: a real server on 127.0.0.1 in a child
 process, a real SQLite file, turns paused by other processes. The token (401 without it, a
 cookie that is HttpOnly and SameSite=Strict), CSRF (403), escaping, the security headers,
-resolve-once (409 saying who decided), read-only without an agent, and the WSGI callable
-mounted in another server. What a browser does with the pages: tests/browser/."""
+resolve-once (409 saying who decided), read-only without an agent, the WSGI callable
+mounted in another server, and a running turn's events streamed live. What a browser does
+with the pages: tests/browser/."""
 
 from __future__ import annotations
 
@@ -298,6 +299,98 @@ def test_the_inbox_and_the_sessions_page_by_page_and_filter(tmp_path: Path) -> N
             assert sorted(seen) == ["north-1", "north-2", "south-1"]
             assert call(url, "/inbox?cursor=bogus").status == 400
         finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=60)
+
+
+def _frames(response: http.client.HTTPResponse, until: str) -> list[dict[str, str]]:
+    """SSE frames read off a live response, as EventSource parses them, up to and with the
+    first of type ``until`` (comments and the retry hint skipped)."""
+    frames: list[dict[str, str]] = []
+    frame: dict[str, str] = {}
+    while True:
+        line = response.readline().decode("utf-8")
+        assert line, f"the stream ended before {until}: {frames}"
+        line = line.rstrip("\n")
+        if line == "":
+            if "event" in frame:
+                frames.append(frame)
+                if frame["event"] == until:
+                    return frames
+            frame = {}
+        elif not line.startswith(":"):
+            field, _, value = line.partition(":")
+            frame[field] = value[1:] if value.startswith(" ") else value
+
+
+def test_the_events_endpoint_needs_the_token_and_streams_a_running_turn_live(
+    tmp_path: Path
+) -> None:
+    from lousho_sync import ScriptedProvider, Step, create_agent
+
+    answer = f"Refund {PAYLOAD} sent."
+    first, second = threading.Event(), threading.Event()
+    provider = ScriptedProvider([Step(text=answer, chunks=["Refund ", PAYLOAD, " sent."],
+                                      gate=first),
+                                 Step(text="still answered", gate=second)])
+    with SqliteStore(tmp_path / "agent.db") as store:
+        agent = create_agent(provider=provider, store=store)
+        session = agent.session("live-1")
+        server = make_inbox_server(inbox_app(agent, token=TOKEN), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.server_port}/"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            assert call(url, "/sessions/live-1/events").status == 204  # no turn yet
+            run = session.start("refund please")
+            refused = call(url, "/sessions/live-1/events", token=None)
+            assert refused.status == 401 and "needs the token" in refused.body
+            page = call(url, "/sessions/live-1")
+            m = re.search(r'<div id=live data-events="([^"]+)"', page.body)
+            assert m, page.body
+            events_path = html.unescape(m.group(1))
+            assert events_path == f"/sessions/live-1/events?turn={run.turn_id}"
+
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=60)
+            conn.request("GET", events_path, headers={"Authorization": f"Bearer {TOKEN}"})
+            r = conn.getresponse()
+            assert r.status == 200
+            assert r.getheader("Content-Type") == "text/event-stream; charset=utf-8"
+            assert r.getheader("Content-Security-Policy") == "default-src 'self'"
+            head = _frames(r, until="step.start")  # the model holds its answer: mid-turn
+            assert [f["event"] for f in head] == ["run.start", "step.start"]
+            first.set()
+            rest = _frames(r, until="run.done")
+            conn.close()
+            deltas = [json.loads(f["data"])["text"] for f in rest if f["event"] == "text.delta"]
+            assert "".join(deltas) == answer == run.result(timeout=60).text
+            assert all(f["id"].startswith(f"{run.turn_id}:") for f in head + rest)
+            assert session.messages[-1].text == answer
+            assert "No turn is running." in call(url, "/sessions/live-1").body
+
+            # a browser that leaves mid-turn closes its stream; the turn goes on
+            run2 = session.start("and again")
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=60)
+            conn.request("GET", f"/sessions/live-1/events?turn={run2.turn_id}",
+                         headers={"Authorization": f"Bearer {TOKEN}"})
+            r = conn.getresponse()
+            _frames(r, until="step.start")
+            readers = [t for t in threading.enumerate() if t.name == "lousho-sse"]
+            assert readers
+            conn.close()
+            second.set()
+            assert run2.result(timeout=60).text == "still answered"
+            for reader in readers:
+                reader.join(timeout=60)
+                assert not reader.is_alive()
+            assert [m.text for m in session.messages][-2:] == ["and again", "still answered"]
+            bad = call(url, "/sessions/live-1/events", token=TOKEN)
+            assert bad.status == 200  # the latest (finished) turn replays to its run.done
+            assert "event: run.done" in bad.body
+        finally:
+            second.set()
+            first.set()
             server.shutdown()
             server.server_close()
             thread.join(timeout=60)

@@ -4,7 +4,8 @@ child process on 127.0.0.1, a real SQLite file, turns paused by other processes.
 A paused turn is approved from the page and its answer appears there; two browsers decide
 the same request at once and the loser's page says who decided; ``<script>`` and
 ``<img onerror>`` payloads in a message, a tool argument and metadata render as text and
-run nothing; a request without the token gets 401 and a POST without the CSRF token 403.
+run nothing; a request without the token gets 401 and a POST without the CSRF token 403;
+a running turn is shown live on its session page and its text is the committed answer.
 
 Skipped, saying why, when selenium, chromium or chromedriver is missing, unless ``CI`` is
 set (then it fails). A failing test leaves each browser's screenshot, page source and console
@@ -289,3 +290,74 @@ def test_no_token_is_401_and_a_post_without_the_csrf_token_is_403(
         assert "missing its CSRF token" in operator.find_element(By.TAG_NAME, "main").text
         operator.get(served.url + "inbox")
         assert operator.find_elements(By.ID, f"approval-{aid}") != []  # still waiting
+
+
+class _InProcess:
+    """The inbox app served from a thread of this process (``url`` ends with "/")."""
+
+    def __init__(self, app: Any) -> None:
+        from _serve import TOKEN
+
+        from lousho_sync.inbox import make_inbox_server
+
+        self.token = TOKEN
+        self.server = make_inbox_server(app, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=WAIT)
+
+
+def test_a_running_turn_is_shown_live_and_its_text_is_the_committed_answer(
+    browsers: Browsers, tmp_path: Path
+) -> None:
+    from _serve import TOKEN
+    from selenium.webdriver.common.by import By
+
+    from lousho_sync import ScriptedProvider, Step, create_agent
+    from lousho_sync.inbox import inbox_app
+    from lousho_sync.sqlite import SqliteStore
+
+    gate = threading.Event()
+    answer = f"Found it: {PAYLOAD}\nline two."
+    provider = ScriptedProvider([Step(text=answer, chunks=["Found it: ", PAYLOAD, "\nline",
+                                                           " two."], gate=gate)])
+    with SqliteStore(tmp_path / "agent.db") as store:
+        agent = create_agent(provider=provider, store=store)
+        session = agent.session("live-7")
+        served = _InProcess(inbox_app(agent, token=TOKEN))
+        try:
+            run = session.start("find it")  # a turn of the session, driven in a thread
+            driver = browsers.open()
+            enter(driver, served, "/sessions/live-7")  # type: ignore[arg-type]
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#live-steps li"),
+                     "the running turn's first step")  # the model holds its answer
+            assert driver.find_element(By.ID, "live-state").text == "Running…"
+            gate.set()
+            wait_for(driver, lambda d: d.find_element(By.ID, "live").get_attribute(
+                "data-done"), "the end of the turn")
+            committed = run.result(timeout=WAIT).text
+            assert committed == answer == session.messages[-1].text
+            shown = driver.execute_script(
+                "return document.querySelector('#live-steps pre.text').textContent")
+            assert shown == committed
+            assert driver.find_element(By.ID, "live-state").text.startswith(
+                "The turn ended (stop).")
+            assert driver.execute_script("return window.__xss === undefined")
+            assert driver.find_elements(By.CSS_SELECTOR, "main script, main img") == []
+            problems = [e for e in console(driver)
+                        if e.get("level") == "SEVERE" or "Content Security Policy" in e.get(
+                            "message", "")]
+            assert problems == []
+            driver.refresh()  # the turn ended: the page says so and the answer is committed
+            assert driver.find_element(By.ID, "live").text == "No turn is running."
+            texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR,
+                                                          "ol.transcript pre.text")]
+            assert texts[-1] == answer
+        finally:
+            gate.set()
+            served.stop()
