@@ -1,16 +1,16 @@
 """The session mailbox's cost: a plain turn with and without it, and how long input from
 another connection takes to reach the running turn.
 
-    python benchmarks/bench_mailbox.py [--turns N] [--rounds N]
+    python benchmarks/bench_mailbox.py [--turns N] [--rounds N] [--redis URL] [--postgres URL]
 
 1. A plain ``send()`` on ``SqliteStore`` (scripted model, no tool) with the mailbox (the
    owner registers its turn with the mailbox watcher) and without it (``mail_ops_of``
    answering None, as before the mailbox), interleaved in blocks, median µs per turn and
    the ratio (goal: at most 1.05).
-2. The delay from B's ``send()`` (``turn_policy="queue"``, its own SqliteStore object on the
-   same file: its own connection and lease owner, as another process has) to
-   ``input.applied`` in A's running turn (A is in a tool that returns once input is
-   offered), p50 and p90 over ``--rounds``.
+2. The delay from B's ``send()`` (``turn_policy="queue"``, its own store object on the same
+   store: its own connection and lease owner, as another process has) to ``input.applied``
+   in A's running turn (A is in a tool that returns once input is offered), p50 and p90
+   over ``--rounds``, on SQLite and files (and Redis, PostgreSQL when their URL is given).
 """
 
 from __future__ import annotations
@@ -49,7 +49,23 @@ def plain(turns: int) -> tuple[float, float]:
     return statistics.median(on) * 1e6, statistics.median(off) * 1e6
 
 
-def delay(rounds: int) -> list[float]:
+def _store(kind: str, root: Path, url: str | None) -> Any:
+    if kind == "sqlite":
+        return SqliteStore(root / "a.db")
+    if kind == "files":
+        from lousho_sync.stores.files import FileSessionStore
+
+        return FileSessionStore(root)
+    if kind == "redis":
+        from lousho_sync.redis import RedisStore
+
+        return RedisStore(str(url), prefix=f"bench-mail:{root.name}:")
+    from lousho_sync.postgres import PostgresStore
+
+    return PostgresStore(str(url), schema=f"bench_mail_{root.name[-8:].lower()}")
+
+
+def delay(rounds: int, kind: str = "sqlite", url: str | None = None) -> list[float]:
     root = Path(tempfile.mkdtemp())
     holder: dict[str, Any] = {}
 
@@ -65,9 +81,9 @@ def delay(rounds: int) -> list[float]:
         return Step(tool_calls=[("hold", {})]) if last.text.startswith("A") else "ok"
 
     a_agent = create_agent(provider=ScriptedProvider(default=answer), tools=[hold],
-                           store=SqliteStore(root / "a.db"))
+                           store=_store(kind, root, url))
     b_agent = create_agent(provider=ScriptedProvider(default="ok"),
-                           store=SqliteStore(root / "a.db"))
+                           store=_store(kind, root, url))
     out: list[float] = []
     for i in range(rounds):
         a = holder["a"] = a_agent.session(id=f"d{i}")
@@ -100,14 +116,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--redis")
+    ap.add_argument("--postgres")
     args = ap.parse_args()
     on, off = plain(args.turns)
     print(f"plain turn, SqliteStore: with mailbox {on:.0f} µs, without {off:.0f} µs, "
           f"ratio {on / off:.3f}")
-    d = sorted(delay(args.rounds))
-    p50, p90 = statistics.median(d) * 1e3, d[int(len(d) * 0.9)] * 1e3
-    print(f"B send() -> input.applied in A's turn, SqliteStore: p50 {p50:.1f} ms, "
-          f"p90 {p90:.1f} ms")
+    stores = [("sqlite", None), ("files", None), ("redis", args.redis),
+              ("postgres", args.postgres)]
+    for kind, url in stores:
+        if kind in ("redis", "postgres") and not url:
+            continue
+        d = sorted(delay(args.rounds, kind, url))
+        p50, p90 = statistics.median(d) * 1e3, d[int(len(d) * 0.9)] * 1e3
+        print(f"B send() -> input.applied in A's turn, {kind}: p50 {p50:.1f} ms, "
+              f"p90 {p90:.1f} ms")
 
 
 if __name__ == "__main__":

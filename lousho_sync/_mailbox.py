@@ -5,9 +5,10 @@ turn that another process owns (the session's lease is held elsewhere) posts a m
 session's mailbox in the store (:mod:`lousho_sync.stores._mail`), then waits for the lease.
 
 The owner registers its running turn here while it holds the lease. One watcher thread per
-mailbox (per store object, per process) notices new mail at its wake-ups — a nearly free
-check (:meth:`~lousho_sync.stores._mail.MailOps.version`) every :data:`POLL_S` while a turn
-is registered — takes it (exactly one process gets each mail) and hands it to the turn's
+mailbox (per store object, per process; it stops after 2 s without a turn) notices new mail
+at its wake-ups — a nearly free check (:meth:`~lousho_sync.stores._mail.MailOps.version`)
+every :data:`POLL_S`, for turns registered at least that long (a shorter turn costs no
+query) — takes it (exactly one process gets each mail) and hands it to the turn's
 :class:`~lousho_sync.control.TurnControl`, as an in-process caller would: ``offer`` (queue,
 steer: the turn's safe points apply it) or ``abort``. So the turn's own step loop does not
 look at the mailbox at all: a plain turn pays one registration.
@@ -43,6 +44,7 @@ POLL_S = 0.005
 """How often a process with a registered turn checks its mailbox for new mail (seconds)."""
 
 _PREFIX = "mail:"
+_IDLE_EXIT_S = 2.0
 
 
 def mail_key() -> str:
@@ -84,15 +86,15 @@ class _Watcher:
         self._poked = False
 
     def add(self, session_id: str, control: TurnControl) -> Callable[[], None]:
+        # no wake-up here: a turn is first looked at one POLL_S after it registered, so a
+        # turn shorter than that costs no query at all
         entry = (control, time.time(), time.monotonic())
         with self._cond:
             self._turns[session_id] = entry
-            self._poked = True  # mail posted before the turn registered is looked at
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="lousho-mailbox",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
 
         def remove() -> None:
             with self._cond:
@@ -108,19 +110,27 @@ class _Watcher:
 
     def _loop(self) -> None:
         version = -1
+        idle_since = time.monotonic()
         while True:
             with self._cond:
-                while not self._turns:
-                    self._cond.wait()
                 if not self._poked:
                     self._cond.wait(POLL_S)
                 poked, self._poked = self._poked, False
-                sessions = list(self._turns)
+                now_m = time.monotonic()
+                if self._turns:
+                    idle_since = now_m
+                elif now_m - idle_since > _IDLE_EXIT_S:  # no turn for a while: stop
+                    self._thread = None
+                    return
+                sessions = [sid for sid, (_, _, at) in self._turns.items()
+                            if poked or now_m - at >= POLL_S]
+            if not sessions:
+                continue
             try:
-                now = self._ops.version()
-                if now == version and not poked:
+                seen = self._ops.version()
+                if seen == version and not poked:
                     continue
-                version = now
+                version = seen
                 taken_at = time.monotonic()
                 mail = self._ops.take(sessions)
             except Exception:
