@@ -4,15 +4,18 @@
 
 ROLE ``owner``: sends ``"A"``; the model calls ``hold``, which prints ``IN_TOOL`` and
 blocks until the turn is offered input from another call (``queue``) or is aborted; the
-next model call answers ``"saw: <user messages>"``. ROLE ``queue``/``steer``/``rollback``
-sends ``"B"`` under that policy; ROLE ``abort`` calls ``abort_turn()``. Each prints
-``ready``, waits for a line on stdin, then prints one JSON line.
+next model call answers ``"saw: <user messages>"``. ROLE ``steerowner`` sends ``"A"``
+and its first model call hangs (printing ``IN_CALL``) until it is aborted. ROLE
+``queue``/``steer``/``rollback`` sends ``"B"`` under that policy; ROLE ``abort`` calls
+``abort_turn()``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
+line.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from crash_child import make_store
 
 from lousho_sync import ModelRequest, ScriptedProvider, Step, create_agent, tool
+
+
+class _Announced(threading.Event):
+    """A gate never opened that says ``IN_CALL`` when the model call first waits on it."""
+
+    told = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.told:
+            self.told = True
+            print("IN_CALL", flush=True)
+        return super().wait(timeout)
 
 SESSION = "mailbox"
 WAIT_S = 60.0
@@ -42,12 +57,13 @@ def main() -> None:
 
     def answer(request: ModelRequest) -> Step | str:
         msgs = list(request.messages)
-        if msgs[-1].role == "user" and msgs[-1].text == "A":
+        if msgs[-1].role == "user" and msgs[-1].text == "A" and role == "owner":
             return Step(tool_calls=[("hold", {})])
         return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
 
     policy = role if role in ("queue", "steer", "rollback") else "wait"
-    agent = create_agent(provider=ScriptedProvider(default=answer), tools=[hold],
+    script = [Step(text="never", gate=_Announced())] if role == "steerowner" else []
+    agent = create_agent(provider=ScriptedProvider(script, default=answer), tools=[hold],
                          store=make_store(kind, Path(root)))
     session = holder["session"] = agent.session(id=SESSION, turn_policy=policy)  # type: ignore[arg-type]
     print("ready", flush=True)
@@ -55,7 +71,7 @@ def main() -> None:
     if role == "abort":
         print(json.dumps({"asked": session.abort_turn("stop it")}), flush=True)
         return
-    r = session.send("A" if role == "owner" else "B")
+    r = session.send("A" if role.endswith("owner") else "B")
     print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
                       "joined": r.joined, "messages": [m.text for m in r.messages]}),
           flush=True)

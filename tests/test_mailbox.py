@@ -104,3 +104,24 @@ def test_abort_turn_from_another_process_stops_the_turn(kind: str, tmp_path: Pat
     idle = _spawn("abort", kind, tmp_path)  # no turn runs now: nothing to abort
     _go(idle)
     assert _result(idle) == {"asked": False}
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_steer_from_another_process_makes_a_silent_model_call_again(
+    kind: str, tmp_path: Path
+) -> None:
+    owner = _spawn("steerowner", kind, tmp_path)
+    procs = [owner]
+    try:
+        _go(owner)
+        assert read_line(owner) == "IN_CALL"  # A's model call has emitted nothing yet
+        procs.append(_spawn("steer", kind, tmp_path))
+        _go(procs[1])
+        a, b = _result(owner), _result(procs[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert a["text"] == "saw: A,B" and b["joined"] is True and b["run_id"] == a["run_id"]
+    assert _messages(kind, tmp_path) == [("user", "A"), ("user", "B"),
+                                         ("assistant", "saw: A,B")]
