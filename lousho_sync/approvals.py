@@ -20,8 +20,9 @@ from typing import Any, Literal
 import attrs
 
 from .catalog import LIST_LIMIT_MAX
-from .errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, ConfigError
+from .errors import ConfigError
 from .records import ApprovalRecord, is_expired
+from .stores._expiry import EXPIRED_REASON, expire_due, settle
 from .stores.base import ApprovalStore
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "settle",
 ]
 
-EXPIRED_REASON = "expired"
 MAX_BY_LENGTH = 200
 
 
@@ -101,18 +101,6 @@ def resolve_record(
     return record
 
 
-def settle(store: ApprovalStore, record: ApprovalRecord) -> ApprovalRecord:
-    """``record`` as it stands now: a pending one past its ``expires_at`` is first denied in
-    ``store`` with the reason ``"expired"`` (one caller does it; the others read it)."""
-    if not is_expired(record):
-        return record
-    try:
-        return store.resolve(record.id, approved=False, reason=EXPIRED_REASON)
-    except (ApprovalAlreadyResolvedError, ApprovalNotFoundError):
-        again = store.get(record.id)
-        return record if again is None else again
-
-
 def current(store: ApprovalStore, id: str) -> ApprovalRecord | None:
     """The record ``id`` as it stands now (expired ones denied), or None."""
     record = store.get(id)
@@ -128,17 +116,6 @@ def pending(store: ApprovalStore, session_id: str | None = None) -> list[Approva
         else:
             out.append(record)
     return out
-
-
-def expire_due(store: ApprovalStore) -> int:
-    """Deny every pending approval of ``store`` past its ``expires_at`` (what ``prune()``
-    does first); returns how many this call denied."""
-    count = 0
-    for record in store.list_pending(None):
-        if is_expired(record):
-            done = settle(store, record)
-            count += done.reason == EXPIRED_REASON and done.status == "denied"
-    return count
 
 
 def _cursor_of(record: ApprovalRecord) -> str:

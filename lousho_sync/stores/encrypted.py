@@ -56,7 +56,6 @@ from typing import Any, Self, TypeVar
 
 import attrs
 
-from ..approvals import expire_due
 from ..catalog import (
     MAX_METADATA_BYTES,
     SessionInfo,
@@ -83,6 +82,7 @@ from ..records import ApprovalRecord, Checkpoint, Fence
 from ..results import PruneResult
 from ._common import check_older_than
 from ._events import event_ops_of
+from ._expiry import expire_due
 from ._sealed_events import SealedEventOps
 from .base import turn_committer
 

@@ -63,7 +63,6 @@ from .._message_form import (
     field_of,
     load_message_list,
 )
-from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import (
     dumps_messages,
@@ -86,6 +85,7 @@ from ._common import (
     validate_session_id,
 )
 from ._events import prune_events
+from ._expiry import expire_due
 from ._file_events import FileEventOps
 from ._file_mail import FileMailOps
 from ._lease import make_owner, poll_until

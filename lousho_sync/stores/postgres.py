@@ -66,7 +66,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'lousho[postgres]'"
     ) from exc
 
-from ..approvals import expire_due
 from ..catalog import (
     SessionInfo,
     SessionPage,
@@ -92,6 +91,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
+from ._expiry import expire_due
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
 from ._postgres_events import PostgresEventOps
 from ._postgres_mail import PostgresMailOps

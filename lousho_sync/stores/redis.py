@@ -78,7 +78,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs the redis package: pip install 'lousho[redis]'") from exc
 
-from ..approvals import expire_due
 from ..catalog import (
     Cursor,
     SessionInfo,
@@ -105,6 +104,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
+from ._expiry import expire_due
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms
 from ._redis_events import RedisEventOps
 from ._redis_mail import RedisMailOps

@@ -78,7 +78,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ..approvals import expire_due
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
 from ..codec import dumps_message
 from ..errors import SessionExistsError, StoreCorruptError
@@ -98,6 +97,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest
 from ._events import prune_events
+from ._expiry import expire_due
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
 from ._sqlite_events import SqliteEventOps
 from ._sqlite_mail import SqliteMailOps
