@@ -516,3 +516,23 @@ def test_an_outage_fails_calls_within_pool_timeout_and_the_first_call_after_it_s
     finally:
         store.close()
         proxy.down()
+
+
+def test_a_process_that_never_closes_its_store_exits_without_waiting_on_the_pool(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    """A script that forgets ``close()`` exits at once: the store closes its pool at exit,
+    while the pool's threads still run (psycopg_pool's own finaliser, run during interpreter
+    shutdown, waited 5 s per thread and printed "couldn't stop thread" on Python 3.13)."""
+    script = (
+        "import sys\n"
+        "from lousho_sync.postgres import PostgresStore\n"
+        "store = PostgresStore(sys.argv[1], schema=sys.argv[2])\n"
+        "store.sessions.save('s', [])\n"
+        "print(store.sessions.load('s'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, postgres_url, postgres_schema],
+                          capture_output=True, text=True, timeout=WAIT * 3)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in ("[]", "None")
+    assert "couldn't stop thread" not in done.stderr, done.stderr

@@ -88,7 +88,7 @@ def test_4_processes_x_50_turns_on_one_sqlite_database(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS, indirect=True)
-def test_reject_and_queue_across_processes(kind: str, tmp_path: Path) -> None:
+def test_reject_and_wait_across_processes(kind: str, tmp_path: Path) -> None:
     holder = Child("hold", kind, tmp_path, "s")
     holder.send_line()
     holder.expect("IN-TURN")  # the child's turn holds the session's lease now
@@ -98,8 +98,9 @@ def test_reject_and_queue_across_processes(kind: str, tmp_path: Path) -> None:
     agent = create_agent(provider=ScriptedProvider(default=echo), store=make_store(kind, tmp_path))
     with pytest.raises(SessionBusyError):
         agent.session(id="s", turn_policy="reject").send("here too")
-    # queue falls back to wait when the running turn belongs to another process
-    queued = agent.session(id="s", turn_policy="queue")
+    # wait runs after the other process's turn, as its own turn ("queue" from another process
+    # joins the running turn through the session's mailbox: tests/test_mailbox.py)
+    queued = agent.session(id="s", turn_policy="wait")
     out: list[Any] = []
     t = threading.Thread(target=lambda: out.append(queued.send("after the child")))
     t.start()

@@ -10,11 +10,14 @@ Schema versions (``<schema>.schema_version``): 1 the first; 2 the session catalo
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import itertools
 import logging
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -246,6 +249,7 @@ class Db(Backend):
                     name=f"lousho-{self.schema}",
                 )
                 self.pool.open(wait=False)
+                _unclosed[self.pool] = os.getpid()
             return self.pool
 
     # --- running ------------------------------------------------------------------------
@@ -326,6 +330,21 @@ class Db(Backend):
             pool, self.pool = self.pool, None
         if pool is not None and self.pid == os.getpid():
             pool.close()
+
+
+_unclosed: weakref.WeakKeyDictionary[ConnectionPool[Any], int] = weakref.WeakKeyDictionary()
+"""Every pool a store opened, with the process that opened it."""
+
+
+@atexit.register
+def _close_unclosed_pools() -> None:
+    """At exit, close the pools of stores nobody closed, while their threads still run:
+    psycopg_pool's finaliser would otherwise wait 5 s per worker thread during interpreter
+    shutdown. Pools of another process (inherited across a fork) are left alone."""
+    for pool, pid in list(_unclosed.items()):
+        if pid == os.getpid() and not pool.closed:
+            with contextlib.suppress(Exception):
+                pool.close(timeout=1.0)
 
 
 def _parse(conninfo: str) -> dict[str, Any]:
