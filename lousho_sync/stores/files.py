@@ -665,6 +665,27 @@ class FileSessionStore:
             )
         return int(text)
 
+    def lease_held(self, id: str) -> bool:
+        """Whether a process holds the lease of ``id`` now: the OS lock is tried and let go
+        at once (no fence token is handed out; the lock dies with its process, so a dead
+        holder holds nothing)."""
+        lease_path = self._dir / f"{validate_session_id(id)}.lease"
+        with self._leases_lock:
+            held = self._leases.get(id)
+            if held is not None:
+                return held.expires_at > time.monotonic()
+            if not lease_path.exists():
+                return False
+            lock = filelock.FileLock(str(lease_path), thread_local=False)
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                return True
+            except OSError as exc:
+                raise unavailable("lock", lease_path, exc, id) from exc
+            lock.release()
+            return False
+
     def renew_lease(self, id: str, *, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s lease by ``ttl_s``; False when ``owner`` no longer holds it."""
         validate_session_id(id)
