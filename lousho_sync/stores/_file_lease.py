@@ -119,6 +119,27 @@ class FileLeaseOps:
             except OSError as exc:  # the descriptor is closed either way
                 logger.warning("releasing the lease of session %r failed: %s", id, exc)
 
+    def holder(self, id: str) -> str:
+        """The owner holding an unexpired lease of ``id`` in this process; "(another
+        process)" when another process holds the OS lock (tried and let go at once: no
+        token is handed out); "" when none (a dead process holds no OS lock)."""
+        lease_path = self._dir() / f"{id}.lease"
+        with self._lock:
+            held = self._held.get(id)
+            if held is not None:
+                return held.owner if held.expires_at > time.monotonic() else ""
+            if not lease_path.exists():
+                return ""
+            lock = filelock.FileLock(str(lease_path), thread_local=False)
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                return "(another process)"
+            except OSError as exc:
+                raise unavailable("lock", lease_path, exc, id) from exc
+            lock.release()
+            return ""
+
     def newest(self, id: str) -> int:
         """The newest token handed out for ``id`` (0 when none), from ``<id>.fence``."""
         return self._read_token(self._dir(), id)
