@@ -15,6 +15,7 @@ from ..errors import SessionExistsError, StoreConflictError
 from ..ids import check_storable_text
 from ..messages import Message
 from ..records import now
+from ._memory_mail import MemoryMailOps
 from .base import AgentStore, ApprovalRecord, Checkpoint, Fence, resolved
 
 __all__ = [
@@ -40,6 +41,12 @@ class MemorySessionStore:
         self._metadata: dict[str, str] = {}
         self._history: dict[str, list[Message]] = {}
         self._times: dict[str, tuple[float, float]] = {}
+        self._mail = MemoryMailOps()
+
+    def mail_ops(self) -> MemoryMailOps:
+        """The session mailbox's primitives (what the shared stores keep for turn policies
+        across processes), in memory."""
+        return self._mail
 
     def load(self, id: str) -> list[Message] | None:
         """A copy of the stored transcript, or None."""
