@@ -78,6 +78,10 @@ class _LogReader(AgentRun):
         return self._events()
 
     def _events(self) -> Generator[Event, None, None]:
+        local = local_run(self._turn_id)
+        if local is not None:  # driven here: its events as objects, at once
+            yield from local._publisher.follow(self._after)
+            return
         yield from self._log_.follow(self._turn_id, self._after, idle=self._idle)
 
     def _idle(self, head: TurnHead) -> bool:
@@ -156,7 +160,7 @@ class StartedRun(_LogReader):
                          exc_info=True)
             self._error = exc
         finally:
-            publisher.flush()
+            publisher.close()
             try:
                 self._result = self._inner.result()
             except BaseException as exc:
@@ -320,6 +324,6 @@ def _take_over(
         publish(RunDone(run_id=turn_id, seq=0, finish_reason="error", result=None))
     finally:
         if publisher is not None:
-            publisher.flush()
+            publisher.close()
         with _running_lock:
             _taking.discard(turn_id)

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from . import errors as _errors
@@ -82,8 +83,15 @@ def _error_of(d: dict[str, Any]) -> BaseException:
     return LoushoError(f"{name}: {message}")
 
 
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_DELTA = '{"type":"text.delta","text":'
+"""How the row of a text delta starts (the commonest row: encoded and read without a dict)."""
+
+
 def encode(event: RunEvent) -> str:
     """The JSON row of a run event (without its seq and turn id, which the row holds)."""
+    if type(event) is TextDelta:  # what json.dumps makes of {"type": ..., "text": ...}
+        return _DELTA + encode_basestring_ascii(event.text) + "}"
     d: dict[str, Any] = {"type": event.type}
     if isinstance(event, TextDelta):
         d["text"] = event.text
@@ -112,6 +120,14 @@ def encode(event: RunEvent) -> str:
 
 def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
     """The event of a row; StoreCorruptError for a row this release cannot read."""
+    if type(text) is str and text.startswith(_DELTA) and text.endswith('"}'):
+        try:
+            delta, end = _scanstring(text, len(_DELTA) + 1)
+        except ValueError:
+            pass  # read below, which says what is wrong
+        else:
+            if end == len(text) - 1:
+                return TextDelta(run_id=turn_id, seq=seq, text=delta)
     try:
         d = json.loads(text)
         kind = d["type"]
@@ -222,7 +238,7 @@ class EventLog:
         while True:
             rows = ops.read(turn_id, after, _READ_BATCH)
             for seq, text in rows:
-                event = decode(text, turn_id, seq)
+                event = _event_of(text, turn_id, seq)
                 after = seq
                 yield event
                 if isinstance(event, RunDone):
@@ -253,71 +269,182 @@ class EventLog:
 
 
 class Publisher:
-    """Writes one turn's events to the log, coalescing text deltas (see the module).
-    Thread-safe; a write that fails is logged and retried with the next one."""
+    """Writes one turn's events to the log, coalescing text deltas (see the module), and
+    hands them to readers in this process as objects (:meth:`follow`), at once and without
+    JSON. The writes are made by a thread of the publisher's own, so the turn never waits
+    for the store. Thread-safe; a write that fails is logged and retried with the next one.
+    When the log says another owner took the turn over (``EventOps.append`` returned
+    False), nothing more is written (:attr:`superseded`)."""
 
     def __init__(self, log: EventLog, head: TurnHead) -> None:
         self._log = log
         self.turn_id = head.turn_id
         self.owner = head.owner
-        self._lock = threading.Lock()
-        self._rows: list[tuple[int, str]] = []
+        self._objects = bool(getattr(log.ops, "holds_events", False))
+        self._lock = threading.Lock()  # guards everything below but the writing itself
+        self._readable = threading.Condition(self._lock)  # local readers wait on it
+        self._writable = threading.Condition(self._lock)  # the writer thread waits on it
+        self._write_lock = threading.Lock()  # one write at a time, in order
+        self._pending: list[RunEvent] = []
+        self._urgent = False  # a pending event that is not a text delta
+        self._local: list[Any] = []  # the events published, for readers in this process
+        self._dropped = 0  # how many were dropped from the front of ``_local``
+        self._wanted = False  # a local reader waits for the next event
+        self._writer_waits = False
+        self._closed = False
+        self._writer: threading.Thread | None = None
         self._last_write = 0.0
-        self._timer: threading.Timer | None = None
         self._status: TurnStatus = "running"
         self._ended: float | None = None
         self._written = 0
+        self.superseded = False
         self.writes = 0
 
     def publish(self, event: RunEvent) -> None:
-        """Add ``event`` to the log (a text delta within ``interval_s`` of the last write
-        waits for the next write)."""
-        row = (event.seq, encode(event))
+        """Add ``event`` to the log: readers in this process have it at once; it is written
+        by the publisher's thread at once, or, a text delta within ``interval_s`` of the
+        last write, with the next write."""
         with self._lock:
-            self._rows.append(row)
-            if isinstance(event, TextDelta):
-                wait = self._last_write + self._log.interval_s - time.monotonic()
-                if wait > 0:
-                    if self._timer is None:
-                        self._timer = threading.Timer(wait, self._flush_later)
-                        self._timer.daemon = True
-                        self._timer.start()
+            local = self._local
+            local.append(event)
+            if len(local) > self._log.max_rows:  # readers that far behind read the log
+                half = len(local) // 2
+                del local[:half]
+                self._dropped += half
+            if self._wanted:
+                self._wanted = False
+                self._readable.notify_all()
+            if self.superseded or self._closed:
+                return
+            self._pending.append(event)
+            if type(event) is not TextDelta:
+                if isinstance(event, RunDone):
+                    self._status = ("paused" if event.finish_reason == "awaiting-approval"
+                                    else "done")
+                    self._ended = now()
+                self._urgent = True
+            elif self._urgent or len(self._pending) > 1:
+                return  # the writer was told already
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, daemon=True,
+                                                name=f"lousho-events-{self.turn_id[:8]}")
+                self._writer.start()
+            elif self._writer_waits:
+                self._writable.notify()
+
+    def _write_loop(self) -> None:
+        """The publisher's thread: write what waits, when it is due."""
+        interval = self._log.interval_s
+        while True:
+            with self._lock:
+                while True:
+                    if self._pending:
+                        due = self._last_write + interval - time.monotonic()
+                        if self._urgent or due <= 0 or self._closed:
+                            break
+                        timeout: float | None = due
+                    elif self._closed:
+                        return
+                    else:
+                        timeout = None
+                    self._writer_waits = True
+                    try:
+                        self._writable.wait(timeout)
+                    finally:
+                        self._writer_waits = False
+                closed = self._closed
+            if not self.flush() and closed:
+                return  # the store is away: close() tries once more
+
+    def flush(self) -> bool:
+        """Write what waits, now, in the calling thread; False when the write failed."""
+        with self._write_lock:
+            with self._lock:
+                events, self._pending = self._pending, []
+                self._urgent = False
+                status, ended = self._status, self._ended
+            if not events:
+                return True
+            if self._objects:
+                rows: list[tuple[int, Any]] = [(e.seq, e) for e in events]
+            else:
+                rows = [(e.seq, encode(e)) for e in events]
+            try:
+                ok = self._log.ops.append(self.turn_id, rows, owner=self.owner,
+                                          status=status, ended_at=ended)
+            except Exception:
+                _log.warning("could not write %d event(s) of turn %s to the event log; "
+                             "retried with the next write", len(rows), self.turn_id,
+                             exc_info=True)
+                with self._lock:
+                    self._pending[:0] = events
+                    self._last_write = time.monotonic()  # retried one interval later
+                return False
+            with self._lock:
+                self._last_write = time.monotonic()
+                if ok is False:
+                    self.superseded = True
+                    self._pending = []
+                    self._readable.notify_all()
+                    _log.info("turn %s was taken over by another process: this one writes "
+                              "no more of its events", self.turn_id)
+                    return True
+            self.writes += 1
+            self._written += len(rows)
+            if self._written > self._log.max_rows and ended is None:
+                self._bound()
+            return True
+
+    def close(self) -> None:
+        """Write what waits, end the publisher's thread, and end the local readers once they
+        have read everything. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._readable.notify_all()
+            self._writable.notify_all()
+            writer = self._writer
+        if writer is not None and writer is not threading.current_thread():
+            writer.join()
+        self.flush()  # what a failed write left, or what came after the thread ended
+
+    def follow(self, after: int) -> Iterator[Event]:
+        """The turn's events with seq > ``after`` as this process publishes them (objects,
+        at once), until ``run.done``; a reader that fell behind what is kept here, or whose
+        turn was taken over by another process, reads on from the log."""
+        pos = -1
+        last = after
+        while True:
+            with self._lock:
+                local = self._local
+                if pos < 0:  # where ``after`` is
+                    pos = self._dropped
+                    for i, event in enumerate(local):
+                        if event.seq > after:
+                            pos = self._dropped + i
+                            break
+                    else:
+                        pos = self._dropped + len(local)
+                    if local and local[0].seq > after + 1 and after >= 0:
+                        pos = -2  # older than what is kept
+                while pos >= 0 and not self.superseded and not self._closed \
+                        and pos - self._dropped >= len(local):
+                    self._wanted = True
+                    self._readable.wait()
+                if pos < self._dropped or self.superseded:
+                    batch = None
+                else:
+                    batch = local[pos - self._dropped:]
+                    pos += len(batch)
+            if batch is None:
+                yield from self._log.follow(self.turn_id, last)
+                return
+            if not batch:
+                return  # closed, and everything was read
+            for event in batch:
+                last = event.seq
+                yield event
+                if type(event) is RunDone:
                     return
-            elif isinstance(event, RunDone):
-                self._status = "paused" if event.finish_reason == "awaiting-approval" else "done"
-                self._ended = now()
-            self._flush_locked()
-
-    def _flush_later(self) -> None:
-        with self._lock:
-            self._timer = None
-            self._flush_locked()
-
-    def flush(self) -> None:
-        """Write what waits."""
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._rows:
-            return
-        rows = self._rows
-        try:
-            self._log.ops.append(self.turn_id, rows, owner=self.owner, status=self._status,
-                                 ended_at=self._ended)
-        except Exception:
-            _log.warning("could not write %d event(s) of turn %s to the event log; retried "
-                         "with the next write", len(rows), self.turn_id, exc_info=True)
-            return
-        self._rows = []
-        self._last_write = time.monotonic()
-        self.writes += 1
-        self._written += len(rows)
-        if self._written > self._log.max_rows and self._ended is None:
-            self._bound()
 
     def _bound(self) -> None:
         """Merge the older text deltas of the turn's log (all but the last tenth)."""
@@ -334,7 +461,7 @@ class Publisher:
         old = rows[:-keep]
         if not old:
             return
-        merged = merge_deltas(old, self.turn_id)
+        merged = merge_deltas(old, self.turn_id, objects=self._objects)
         try:
             ops.replace(self.turn_id, merged, old[-1][0])
         except Exception:
@@ -344,22 +471,36 @@ class Publisher:
         self._written = len(merged) + keep
 
 
-def merge_deltas(rows: Sequence[tuple[int, str]], turn_id: str) -> list[tuple[int, str]]:
+def _event_of(row: Any, turn_id: str, seq: int) -> Event:
+    """The event of a row: kept as an object (the memory log) or its JSON."""
+    if isinstance(row, str | bytes):
+        return decode(row, turn_id, seq)
+    if isinstance(row, RunEvent):
+        return row  # type: ignore[return-value]  # every RunEvent published is an Event
+    raise StoreCorruptError(f"event {turn_id}:{seq} in the event log is a {type(row).__name__}")
+
+
+def merge_deltas(rows: Sequence[tuple[int, Any]], turn_id: str, *,
+                 objects: bool = False) -> list[tuple[int, Any]]:
     """``rows`` with each run of consecutive text deltas made one row (the seq of its last
-    delta, their text joined)."""
-    out: list[tuple[int, str]] = []
+    delta, their text joined); ``objects``: the rows are events, not JSON."""
+    out: list[tuple[int, Any]] = []
     texts: list[str] = []
     last = -1
+
+    def row(event: TextDelta) -> Any:
+        return event if objects else encode(event)
+
     for seq, text in rows:
-        event = decode(text, turn_id, seq)
+        event = _event_of(text, turn_id, seq)
         if isinstance(event, TextDelta):
             texts.append(event.text)
             last = seq
             continue
         if texts:
-            out.append((last, encode(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
+            out.append((last, row(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
             texts = []
         out.append((seq, text))
     if texts:
-        out.append((last, encode(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
+        out.append((last, row(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
     return out

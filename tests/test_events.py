@@ -189,11 +189,13 @@ def test_prune_removes_ended_turns_past_their_ttl() -> None:
     log = EventLog(ops, ttl_s=0.0)
     publisher = log.begin("t1", "s1", "host:1:x")
     publisher.publish(TextDelta(run_id="t1", seq=0, text="x"))
+    publisher.flush()
     assert log.prune() == 0  # still running
     from lousho_sync import ExecutionResult, RunDone, Usage
     done = ExecutionResult(text="x", finish_reason="stop", messages=(), usage=Usage(),
                            steps=1, run_id="t1")
     publisher.publish(RunDone(run_id="t1", seq=1, finish_reason="stop", result=done))
+    publisher.close()  # its last write made
     assert log.prune() == 1
     assert ops.head("t1") is None and ops.latest("s1") is None
 
@@ -220,12 +222,44 @@ def test_text_deltas_are_coalesced_into_one_write_per_interval() -> None:
     assert len(writes) <= non_delta  # the 1000 deltas went with the next event's write
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_started_runs_reader_gets_each_delta_at_once_whatever_the_interval(
+    kind: str, tmp_path: Path
+) -> None:
+    """Readers in the driving process take the events as they are made, not when the
+    coalesced write reaches the store: with an hour-long interval the text still streams,
+    while the store keeps at most one write per non-delta event."""
+    gate = threading.Event()
+    provider = GatedProvider(ANSWER, 20, 10, gate)
+    store = MemorySessionStore() if kind == "memory" else make_store(kind, tmp_path)
+    session = create_agent(provider=provider, store=store).session(id="s1")
+    session.event_interval_s = 3600.0
+    run = session.start("hi")
+    seen = ""
+    events = iter(run)
+    for event in events:
+        if event.type == "text.delta":
+            seen += event.text
+            if len(seen) >= len("".join(provider.pieces[:10])):
+                break  # ten pieces read while the model holds the rest
+    assert seen == "".join(provider.pieces[:10])
+    attached = session.attach(run.turn_id, after=-1)  # another reader of this process
+    head = [e for _, e in zip(range(2 + 10), attached, strict=False)]
+    assert "".join(e.text for e in head if isinstance(e, TextDelta)) == seen
+    gate.set()
+    rest = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert seen + rest == ANSWER == run.result(timeout=CHILD_TIMEOUT).text
+    assert [e.type for e in session.attach(run.turn_id)][-1] == "run.done"
+
+
 def test_a_long_turns_log_is_bounded_by_merging_old_deltas() -> None:
     ops = MemoryEventOps()
     log = EventLog(ops, interval_s=0.0, max_rows=100)
     publisher = log.begin("t1", "s1", "host:1:x")
     for seq in range(1000):
         publisher.publish(TextDelta(run_id="t1", seq=seq, text=str(seq % 10)))
+        publisher.flush()  # one write per delta (interval 0): the log grows past its bound
+    publisher.close()
     head = ops.head("t1")
     assert head is not None and head.rows <= 200 and head.last_seq == 999
     events = list(log.follow("t1", -1, idle=lambda h: True))
