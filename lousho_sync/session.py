@@ -43,7 +43,7 @@ from .signal import Signal
 from .stores._events import TurnHead, event_ops_of
 from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
+from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive
 
@@ -289,10 +289,14 @@ class Session:
         leasable = st.leasable
         if mail is None or leasable is None:
             return False
-        probe = make_owner()  # is the lease held elsewhere? (never this process's holder)
-        if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
-            leasable.release_lease(self._id, owner=probe)
-            return False
+        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay as they are
+            if not leasable.lease_held(self._id):
+                return False
+        else:  # a store of its own without the query: try the lease under a throwaway owner
+            probe = make_owner()
+            if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
+                leasable.release_lease(self._id, owner=probe)
+                return False
         post_abort(mail, self._id, reason, turn_id)
         return True
 

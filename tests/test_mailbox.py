@@ -101,9 +101,12 @@ def test_abort_turn_from_another_process_stops_the_turn(kind: str, tmp_path: Pat
                 p.kill()
     assert b == {"asked": True} and a["finish"] == "aborted"
     assert _messages(kind, tmp_path) == []
+    token = make_store(kind, tmp_path).sessions.fence_token("mailbox")
     idle = _spawn("abort", kind, tmp_path)  # no turn runs now: nothing to abort
     _go(idle)
     assert _result(idle) == {"asked": False}
+    # asking took no lease: the fence token of the session is the one A's turn had
+    assert make_store(kind, tmp_path).sessions.fence_token("mailbox") == token
 
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
