@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import attrs
 
-from ._eventlog import EventLog, Publisher
+from ._eventlog import EventLog, Publisher, spawn
 from .errors import LoushoError, RunConsumedError, RunTimeoutError
 from .events import Event, RunDone, RunEvent, RunFailed, StepReset, TextDelta
 from .inputs import InputLike
@@ -146,9 +146,7 @@ class StartedRun(_LogReader):
         self._error: BaseException | None = None
         with _running_lock:
             _running[inner.run_id] = self
-        self._thread = threading.Thread(target=self._drive, daemon=True,
-                                        name=f"lousho-turn-{inner.run_id[:8]}")
-        self._thread.start()
+        spawn(self._drive, f"lousho-turn-{inner.run_id[:8]}")
 
     def _drive(self) -> None:
         publisher = self._publisher
@@ -195,9 +193,8 @@ class StartedRun(_LogReader):
         return self._inner.steer(input)
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the background thread; True when it ended."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Wait for the background thread's turn; True when it ended."""
+        return self._ended.wait(timeout)
 
 
 class AttachedRun(_LogReader):

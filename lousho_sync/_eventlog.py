@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -48,7 +49,7 @@ from .events import (
 from .ids import is_session_id
 from .stores._events import EVENT_TTL_S, EventOps, TurnHead, TurnStatus, now
 
-__all__ = ["EventLog", "Publisher", "decode", "encode"]
+__all__ = ["EventLog", "Publisher", "decode", "encode", "spawn"]
 
 _log = logging.getLogger(__name__)
 
@@ -171,6 +172,56 @@ def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
         "newer release?)")
 
 
+# --- threads ------------------------------------------------------------------------------------
+_IDLE_S = 10.0
+"""How long a finished worker thread waits for the next task before it ends."""
+
+
+class _Worker:
+    """A daemon thread that runs tasks handed to it, one at a time, and waits ``_IDLE_S``
+    for the next one (so a turn's driver and writer start without a thread start of their
+    own: handing a task over does not wait for the thread to be scheduled)."""
+
+    def __init__(self, task: Callable[[], None], name: str) -> None:
+        self.tasks: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
+        self.tasks.put((task, name))
+        threading.Thread(target=self._run, daemon=True, name=name).start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            try:
+                task, name = self.tasks.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with _workers_lock:
+                    if self in _idle:
+                        _idle.remove(self)
+                        return
+                task, name = self.tasks.get()  # taken from the idle list: its task comes
+            me.name = name
+            try:
+                task()
+            except BaseException:  # pragma: no cover - tasks handle their own errors
+                _log.warning("a background task of the event log failed", exc_info=True)
+            me.name = "lousho-idle"
+            with _workers_lock:
+                _idle.append(self)
+
+
+_idle: list[_Worker] = []
+_workers_lock = threading.Lock()
+
+
+def spawn(task: Callable[[], None], name: str) -> None:
+    """Run ``task`` in a daemon thread (an idle one of this module's, else a new one)."""
+    with _workers_lock:
+        worker = _idle.pop() if _idle else None
+    if worker is None:
+        _Worker(task, name)
+    else:
+        worker.tasks.put((task, name))
+
+
 # --- the log -------------------------------------------------------------------------------------
 class EventLog:
     """A store's event log with its rules. Thread-safe (the primitives are)."""
@@ -285,14 +336,15 @@ class Publisher:
         self._readable = threading.Condition(self._lock)  # local readers wait on it
         self._writable = threading.Condition(self._lock)  # the writer thread waits on it
         self._write_lock = threading.Lock()  # one write at a time, in order
-        self._pending: list[RunEvent] = []
-        self._urgent = False  # a pending event that is not a text delta
-        self._local: list[Any] = []  # the events published, for readers in this process
+        self._local: list[Any] = []  # the events published (readers here; the writer)
         self._dropped = 0  # how many were dropped from the front of ``_local``
+        self._unwritten = 0  # the position (counting dropped ones) of the first unwritten
+        self._told = False  # the writer knows there is something to write
+        self._urgent = False  # an unwritten event that is not a text delta
         self._wanted = False  # a local reader waits for the next event
         self._writer_waits = False
         self._closed = False
-        self._writer: threading.Thread | None = None
+        self._writer: threading.Event | None = None  # set when the writer's task ended
         self._last_write = 0.0
         self._status: TurnStatus = "running"
         self._ended: float | None = None
@@ -304,43 +356,50 @@ class Publisher:
         """Add ``event`` to the log: readers in this process have it at once; it is written
         by the publisher's thread at once, or, a text delta within ``interval_s`` of the
         last write, with the next write."""
-        with self._lock:
-            local = self._local
-            local.append(event)
-            if len(local) > self._log.max_rows:  # readers that far behind read the log
-                half = len(local) // 2
-                del local[:half]
-                self._dropped += half
-            if self._wanted:
+        # The common case takes no lock: appending to a list and reading a flag are atomic,
+        # and a local reader (``follow``) and the writer (``_write_loop``) look at the list
+        # again after setting their flag, so nothing appended here goes unnoticed.
+        self._local.append(event)
+        if self._wanted:
+            with self._lock:
                 self._wanted = False
                 self._readable.notify_all()
-            if self.superseded or self._closed:
-                return
-            self._pending.append(event)
+        if type(event) is TextDelta and self._told:
+            return  # the writer takes it with what it was told of
+        with self._lock:
             if type(event) is not TextDelta:
                 if isinstance(event, RunDone):
                     self._status = ("paused" if event.finish_reason == "awaiting-approval"
                                     else "done")
                     self._ended = now()
                 self._urgent = True
-            elif self._urgent or len(self._pending) > 1:
-                return  # the writer was told already
+            if self.superseded or self._closed:
+                return
+            self._told = True
             if self._writer is None:
-                self._writer = threading.Thread(target=self._write_loop, daemon=True,
-                                                name=f"lousho-events-{self.turn_id[:8]}")
-                self._writer.start()
+                self._writer = threading.Event()
+                spawn(self._write_loop, f"lousho-events-{self.turn_id[:8]}")
             elif self._writer_waits:
                 self._writable.notify()
 
     def _write_loop(self) -> None:
         """The publisher's thread: write what waits, when it is due."""
+        try:
+            self._write_until_closed()
+        finally:
+            assert self._writer is not None
+            self._writer.set()
+
+    def _write_until_closed(self) -> None:
         interval = self._log.interval_s
         while True:
             with self._lock:
                 while True:
-                    if self._pending:
+                    if self._dropped + len(self._local) > self._unwritten:
+                        if self._urgent or self._closed:
+                            break
                         due = self._last_write + interval - time.monotonic()
-                        if self._urgent or due <= 0 or self._closed:
+                        if due <= 0:
                             break
                         timeout: float | None = due
                     elif self._closed:
@@ -360,8 +419,12 @@ class Publisher:
         """Write what waits, now, in the calling thread; False when the write failed."""
         with self._write_lock:
             with self._lock:
-                events, self._pending = self._pending, []
-                self._urgent = False
+                if self.superseded:
+                    return True
+                start = self._unwritten
+                events = self._local[start - self._dropped:]
+                self._unwritten = start + len(events)
+                self._told = self._urgent = False
                 status, ended = self._status, self._ended
             if not events:
                 return True
@@ -377,18 +440,23 @@ class Publisher:
                              "retried with the next write", len(rows), self.turn_id,
                              exc_info=True)
                 with self._lock:
-                    self._pending[:0] = events
+                    self._unwritten = start
+                    self._told = True
                     self._last_write = time.monotonic()  # retried one interval later
                 return False
             with self._lock:
                 self._last_write = time.monotonic()
                 if ok is False:
                     self.superseded = True
-                    self._pending = []
                     self._readable.notify_all()
                     _log.info("turn %s was taken over by another process: this one writes "
                               "no more of its events", self.turn_id)
                     return True
+                local = self._local
+                if len(local) > self._log.max_rows:  # readers that far behind read the log
+                    drop = min(len(local) // 2, self._unwritten - self._dropped)
+                    del local[:drop]
+                    self._dropped += drop
             self.writes += 1
             self._written += len(rows)
             if self._written > self._log.max_rows and ended is None:
@@ -403,8 +471,8 @@ class Publisher:
             self._readable.notify_all()
             self._writable.notify_all()
             writer = self._writer
-        if writer is not None and writer is not threading.current_thread():
-            writer.join()
+        if writer is not None:
+            writer.wait()
         self.flush()  # what a failed write left, or what came after the thread ended
 
     def follow(self, after: int) -> Iterator[Event]:
@@ -429,6 +497,8 @@ class Publisher:
                 while pos >= 0 and not self.superseded and not self._closed \
                         and pos - self._dropped >= len(local):
                     self._wanted = True
+                    if pos - self._dropped < len(local):  # appended meanwhile (no lock)
+                        break
                     self._readable.wait()
                 if pos < self._dropped or self.superseded:
                     batch = None

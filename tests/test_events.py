@@ -432,6 +432,69 @@ def test_lousho_aio_start_attach_and_current_turn() -> None:
     asyncio.run(main())
 
 
+def test_lousho_aio_attach_reads_the_store_in_the_pool_while_the_loop_goes_on() -> None:
+    """A store read that waits does not stop the event loop: ``attach()`` returns at once,
+    its read happens in the pool, and another coroutine runs (and here lets the read go
+    on) meanwhile."""
+    import asyncio
+
+    import lousho_aio
+    from lousho_sync.stores._events import TurnHead
+
+    gate = threading.Event()
+    on_loop: list[bool] = []
+
+    class SlowOps(MemoryEventOps):
+        slow = False
+
+        def head(self, turn_id: str) -> TurnHead | None:
+            if self.slow:
+                try:
+                    asyncio.get_running_loop()
+                    on_loop.append(True)
+                except RuntimeError:
+                    on_loop.append(False)
+                assert gate.wait(CHILD_TIMEOUT), "the read waited on the event loop"
+            return super().head(turn_id)
+
+    class SlowStore(MemorySessionStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = SlowOps()
+
+        def event_ops(self) -> SlowOps:
+            return self.ops
+
+    store = SlowStore()
+
+    async def main() -> None:
+        agent = lousho_aio.create_agent(provider=ScriptedProvider(default=ANSWER), store=store)
+        session = agent.session(id="s1")
+        run = await session.start("hi")
+        await run.result()
+        store.ops.slow = True
+        order: list[str] = []
+
+        async def other() -> None:
+            await asyncio.sleep(0)
+            order.append("other ran")
+            gate.set()  # the store answers
+
+        attached = session.attach(run.turn_id)  # reads nothing yet
+        others = asyncio.ensure_future(other())
+        texts = [e.text async for e in attached if e.type == "text.delta"]
+        order.append("read")
+        await others
+        assert "".join(texts) == ANSWER
+        assert order == ["other ran", "read"]
+        with pytest.raises(TurnNotFoundError):
+            async for _ in session.attach("no-such-turn"):
+                pass
+
+    asyncio.run(main())
+    assert on_loop and not any(on_loop)  # every read of the store was in the pool
+
+
 @pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)
 def test_store_prune_removes_the_events_of_turns_ended_past_the_ttl(
     kind: str, tmp_path: Path
