@@ -197,14 +197,16 @@ class StartedRun(_LogReader):
 
 
 class AttachedRun(_LogReader):
-    """The read-only handle ``Session.attach()`` returns. ``abort``/``enqueue``/``steer``
-    reach the turn when this process drives it (else ``enqueue``/``steer`` return False and
-    ``abort`` does nothing)."""
+    """The read-only handle ``Session.attach()`` returns. ``abort`` reaches the turn in
+    any process (as ``Session.abort_turn(turn_id=...)``); ``enqueue``/``steer`` reach it
+    when this process drives it (else they return False)."""
 
     def __init__(self, log: EventLog, turn_id: str, after: int,
-                 idle: Callable[[TurnHead], bool] | None = None) -> None:
+                 idle: Callable[[TurnHead], bool] | None = None,
+                 abort_turn: Callable[[object, str], object] | None = None) -> None:
         super().__init__(log, turn_id, after)
         self._on_idle = idle
+        self._abort_turn = abort_turn
 
     def _idle(self, head: TurnHead) -> bool:
         return self._on_idle is not None and self._on_idle(head)
@@ -226,10 +228,14 @@ class AttachedRun(_LogReader):
         return self._end_from_log(timeout)
 
     def abort(self, reason: object = None) -> None:
-        """Abort the turn when this process drives it."""
+        """Abort the turn, whichever process drives it (the transcript stays as it was);
+        another process's turn is asked through the session's mailbox, as
+        ``Session.abort_turn(turn_id=...)`` does. Does nothing once the turn ended."""
         local = local_run(self._turn_id)
         if local is not None:
             local.abort(reason)
+        elif self._abort_turn is not None:
+            self._abort_turn(reason, self._turn_id)
 
     def enqueue(self, input: InputLike) -> bool:
         """Add input to the turn when this process drives it; else False."""

@@ -200,7 +200,7 @@ class Session:
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
         or never existed. ``takeover``: when the turn's driving process dies, this process
         resumes the turn from its checkpoint and drives it (its events go on, after a
-        ``step.reset``)."""
+        ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
         if turn_id is not None and not isinstance(turn_id, str):
             raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
         if isinstance(after, bool) or not isinstance(after, int) or after < -1:
@@ -215,7 +215,8 @@ class Session:
                 turn_id=turn_id, session_id=self._id,
             )
         return AttachedRun(log, head.turn_id, after,
-                           idle=self._take_over_if_dead if takeover else None)
+                           idle=self._take_over_if_dead if takeover else None,
+                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid))
 
     def _take_over_if_dead(self, head: TurnHead) -> bool:
         if head.status == "running" and owner_is_dead(head.owner):
