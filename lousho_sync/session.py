@@ -47,7 +47,7 @@ from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStor
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive
 
-__all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
+__all__ = ["Session", "TurnPolicy", "check_attach_args", "new_session_id", "validate_session_id"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +55,15 @@ TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
 
+
+
+def check_attach_args(turn_id: object, after: object) -> None:
+    """InvalidInputError unless ``turn_id`` is a str or None and ``after`` an int >= -1
+    (``Session.attach``'s arguments)."""
+    if turn_id is not None and not isinstance(turn_id, str):
+        raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
+    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+        raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
 
 class Session:
     """A multi-turn conversation. Create it with ``agent.session()``.
@@ -201,10 +210,7 @@ class Session:
         or never existed. ``takeover``: when the turn's driving process dies, this process
         resumes the turn from its checkpoint and drives it (its events go on, after a
         ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
-        if turn_id is not None and not isinstance(turn_id, str):
-            raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
-        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
-            raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
+        check_attach_args(turn_id, after)
         log = self._event_log()
         head = log.latest(self._id) if turn_id is None else log.head(turn_id)
         if head is None or head.session_id != self._id:
