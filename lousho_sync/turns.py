@@ -82,6 +82,8 @@ Commit = Callable[[ExecutionResult], None]
 """Stores a finished turn's messages and drops its checkpoint (see :func:`play`)."""
 
 _CONFLICT_RETRIES = 100
+_LINE_POLL_S = 0.002  # a poster waiting in line looks again after this, doubling up to
+_LINE_POLL_MAX_S = 0.05
 _RECORD_FAILED = (
     "the turn is in doubt: its progress (a tool may have run) could not be recorded, so "
     "its last record was left as it was for resume(), which reports a tool that may have "
@@ -284,7 +286,7 @@ class SessionTurn:
                         got = hold is None or hold.acquire(wait=self._wait,
                                                            signal=control.signal)
                     if mail_id is not None and got:  # never offered to our own turn
-                        _quiet_drop(mail, mail_id)
+                        _quiet_drop(mail, mail_id, self._p.id)
                     if hold is not None and got and mail is not None:
                         unregister = mailbox.register(mail, self._p.id, control)
                     if not got:
@@ -324,7 +326,7 @@ class SessionTurn:
                     if hold is not None:
                         hold.release()
                     if mail_id is not None:
-                        _quiet_drop(mail, mail_id)
+                        _quiet_drop(mail, mail_id, self._p.id)
             turn.result = result
             return result
         except BaseException as exc:
@@ -357,8 +359,25 @@ class SessionTurn:
             mail_id = mailbox.mail_key()
             msgs = idem.claim(msgs, mail_id)
             mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
-                               mail_id=mail_id)
+                               mail_id=mail_id, poster=hold.owner)
+            return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
         return hold.acquire(wait=True, signal=control.signal), mail_id, msgs
+
+    def _wait_in_line(self, mail: MailOps, hold: LeaseHold, control: TurnControl,
+                      mail_id: str) -> bool:
+        """Take the lease once every input posted before ``mail_id`` has had it (next turns
+        in arrival order, :func:`~lousho_sync._mailbox.first_in_line`); False when the
+        call is aborted first."""
+        pause = _LINE_POLL_S
+        while True:
+            if mailbox.first_in_line(mail, self._p.id, mail_id):
+                try:
+                    return hold.acquire(wait=False)
+                except SessionBusyError:
+                    pass
+            if control.signal.wait(pause):
+                return False
+            pause = min(pause * 2, _LINE_POLL_MAX_S)
 
     def _new_turn(
         self, control: TurnControl, msgs: tuple[Message, ...], hold: LeaseHold | None,
@@ -444,11 +463,11 @@ class SessionTurn:
         return result
 
 
-def _quiet_drop(mail: MailOps | None, mail_id: str) -> None:
+def _quiet_drop(mail: MailOps | None, mail_id: str, session_id: str) -> None:
     if mail is None:
         return
     try:
-        mail.drop(mail_id)
+        mail.drop(mail_id, session_id)
     except Exception:
         _log.warning("could not drop mail %s", mail_id, exc_info=True)
 
