@@ -15,6 +15,7 @@ from ..messages import Message
 from ._engine.approvals import ApprovalRules
 from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules
+from ._memory_mail import MemoryMailOps
 from ._memory_ops import MemoryApprovals, MemoryCheckpoints, MemoryCommits, MemoryState
 from .base import AgentStore, Fence
 
@@ -45,6 +46,12 @@ class MemorySessionStore(AppendRules):
         self._touch = state.touch
         self._metadata: dict[str, str] = {}
         self._history: dict[str, list[Message]] = {}
+        self._mail = MemoryMailOps()
+
+    def mail_ops(self) -> MemoryMailOps:
+        """The session mailbox's primitives (what the shared stores keep for turn policies
+        across processes), in memory."""
+        return self._mail
 
     def load(self, id: str) -> list[Message] | None:
         """A copy of the stored transcript, or None."""
