@@ -206,7 +206,7 @@ class MemoryCommits(_Ops):
     checkpoint delete and the lease release in one step under the lock."""
 
     def commit(self, op: CommitOp) -> object:
-        messages = [loads_message(t) for t in op.texts]
+        messages = list(op.messages) or [loads_message(t) for t in op.texts]
         state = self.state
         with state.lock:
             newest = state.refused(op.id, op.token)
