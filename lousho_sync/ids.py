@@ -9,6 +9,7 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import attrs
 
@@ -108,6 +109,12 @@ def check_storable_id(value: object, what: str) -> str:
     return value
 
 
+_LEAVES = (bytes, int, float)  # (bool is an int)
+_EMPTY_OK = (tuple, list, dict, MappingProxyType)  # an empty one holds no str: not entered
+_FIELDS: dict[type, tuple[str, ...]] = {}
+"""The field names of each attrs class scanned, in order (looked up once per class)."""
+
+
 def _surrogate(value: object, depth: int) -> str | None:
     """The first surrogate code point in any str inside ``value`` (strs, mapping keys and
     values, lists, tuples, attrs records), or None."""
@@ -116,24 +123,42 @@ def _surrogate(value: object, depth: int) -> str | None:
             return None
         found = _SURROGATE.search(value)
         return None if found is None else found.group()
-    if depth > _MAX_DEPTH or value is None or isinstance(value, (bytes, int, float)):
+    if depth > _MAX_DEPTH or value is None or isinstance(value, _LEAVES):
         return None
     if isinstance(value, Mapping):
         for k, v in value.items():
-            hit = _surrogate(k, depth + 1) or _surrogate(v, depth + 1)
+            hit = _scan(k, depth) or _scan(v, depth)
             if hit:
                 return hit
     elif isinstance(value, (list, tuple)):
         for item in value:
-            hit = _surrogate(item, depth + 1)
+            hit = _scan(item, depth)
             if hit:
                 return hit
-    elif attrs.has(type(value)):
-        for field in attrs.fields(type(value)):  # type: ignore[arg-type]
-            hit = _surrogate(getattr(value, field.name), depth + 1)
+    else:
+        cls = type(value)
+        names = _FIELDS.get(cls)
+        if names is None:
+            if not attrs.has(cls):
+                return None
+            names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
+        for name in names:
+            hit = _scan(getattr(value, name), depth)
             if hit:
                 return hit
     return None
+
+
+def _scan(child: object, depth: int) -> str | None:
+    """``_surrogate`` of a child of a value at ``depth``: a plain ASCII str, a number, None
+    or an empty container answered here (the common case: most of a message)."""
+    cls = type(child)
+    if cls is str:
+        if child.isascii():  # type: ignore[attr-defined]
+            return None
+    elif child is None or cls is int or cls is bool or (cls in _EMPTY_OK and not child):
+        return None
+    return _surrogate(child, depth + 1)
 
 
 def check_storable_text(value: object, what: str) -> None:
