@@ -8,7 +8,9 @@ import hashlib
 import re
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
 
 import attrs
@@ -111,8 +113,18 @@ def check_storable_id(value: object, what: str) -> str:
 
 _LEAVES = (bytes, int, float)  # (bool is an int)
 _EMPTY_OK = (tuple, list, dict, MappingProxyType)  # an empty one holds no str: not entered
-_FIELDS: dict[type, tuple[str, ...]] = {}
-"""The field names of each attrs class scanned, in order (looked up once per class)."""
+_FIELDS: dict[type, Callable[[object], tuple[object, ...]]] = {}
+"""Each attrs class scanned: its field values in order (the getter made once per class)."""
+
+
+def _fields_of(cls: type) -> Callable[[object], tuple[object, ...]] | None:
+    getter = _FIELDS.get(cls)
+    if getter is None and attrs.has(cls):
+        names = [f.name for f in attrs.fields(cls)]
+        many = attrgetter(*names) if len(names) > 1 else None
+        getter = _FIELDS[cls] = many if many is not None else (
+            lambda value: tuple(getattr(value, n) for n in names))
+    return getter
 
 
 def _surrogate(value: object, depth: int) -> str | None:
@@ -125,40 +137,29 @@ def _surrogate(value: object, depth: int) -> str | None:
         return None if found is None else found.group()
     if depth > _MAX_DEPTH or value is None or isinstance(value, _LEAVES):
         return None
+    children: Iterable[object]
     if isinstance(value, Mapping):
-        for k, v in value.items():
-            hit = _scan(k, depth) or _scan(v, depth)
-            if hit:
-                return hit
+        children = chain.from_iterable(value.items())
     elif isinstance(value, (list, tuple)):
-        for item in value:
-            hit = _scan(item, depth)
-            if hit:
-                return hit
+        children = value
     else:
-        cls = type(value)
-        names = _FIELDS.get(cls)
-        if names is None:
-            if not attrs.has(cls):
-                return None
-            names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
-        for name in names:
-            hit = _scan(getattr(value, name), depth)
-            if hit:
-                return hit
-    return None
-
-
-def _scan(child: object, depth: int) -> str | None:
-    """``_surrogate`` of a child of a value at ``depth``: a plain ASCII str, a number, None
-    or an empty container answered here (the common case: most of a message)."""
-    cls = type(child)
-    if cls is str:
-        if child.isascii():  # type: ignore[attr-defined]
+        getter = _FIELDS.get(type(value)) or _fields_of(type(value))
+        if getter is None:
             return None
-    elif child is None or cls is int or cls is bool or (cls in _EMPTY_OK and not child):
-        return None
-    return _surrogate(child, depth + 1)
+        children = getter(value)
+    for child in children:
+        # an ASCII str, a number, None or an empty container is answered here, without a
+        # call (most of a message)
+        cls = type(child)
+        if cls is str:
+            if child.isascii():  # type: ignore[union-attr]
+                continue
+        elif child is None or cls is int or cls is bool or (cls in _EMPTY_OK and not child):
+            continue
+        hit = _surrogate(child, depth + 1)
+        if hit:
+            return hit
+    return None
 
 
 def check_storable_text(value: object, what: str) -> None:

@@ -56,6 +56,14 @@ _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
 
 
+
+def _messages_of(input: object) -> tuple[Message, ...]:
+    """``to_messages(input)``; an ASCII str (the common input: it holds no surrogate code
+    point) made at once."""
+    if type(input) is str and input.isascii():
+        return (Message("user", input),)
+    return to_messages(input)
+
 class Session:
     """A multi-turn conversation. Create it with ``agent.session()``.
 
@@ -160,7 +168,7 @@ class Session:
         policy but ``"reject"``.
         """
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
+        driver, _, _ = self._start(_messages_of(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
 
@@ -171,7 +179,7 @@ class Session:
         """The same turn as an :class:`AgentRun`; it joins the queue now
         (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
+        driver, control, discard = self._start(_messages_of(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
 
     def start(
@@ -185,7 +193,7 @@ class Session:
         ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
-        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+        driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
                                                key=key)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)

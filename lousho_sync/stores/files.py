@@ -80,10 +80,9 @@ from ..results import PruneResult
 from ._common import (
     check_length,
     check_older_than,
-    check_owner,
-    check_ttl,
     validate_session_id,
 )
+from ._engine.leases import check_owner, check_ttl
 from ._events import prune_events
 from ._expiry import expire_due
 from ._file_events import FileEventOps
