@@ -17,7 +17,7 @@ from ..errors import (
 )
 from ..ids import validate_session_id
 from ..records import ApprovalRecord
-from .base import FencedLease
+from .base import FencedLease, LeaseQuery
 
 __all__ = [
     "Closing",
@@ -108,6 +108,12 @@ class LeaseForwarding:
     def fence_token(self: _WithLeasedSessions, id: str) -> int:
         """Same as ``sessions.fence_token``."""
         return self.sessions.fence_token(id)
+
+    def lease_held(self: _WithLeasedSessions, id: str) -> bool:
+        """Same as ``sessions.lease_held``."""
+        sessions = self.sessions
+        assert isinstance(sessions, LeaseQuery)
+        return sessions.lease_held(id)
 
 
 class Closing:

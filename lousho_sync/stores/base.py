@@ -43,6 +43,7 @@ __all__ = [
     "CheckpointStore",
     "Fence",
     "FencedLease",
+    "LeaseQuery",
     "LeaseSaving",
     "Leased",
     "Revisioned",
@@ -196,6 +197,15 @@ class FencedLease(Leased, Protocol):
 
     def fence_token(self, id: str) -> int:
         """The newest fence token handed out for ``id`` (0 when none)."""
+        ...
+
+
+@runtime_checkable
+class LeaseQuery(Protocol):
+    """A leased store that tells whether its lease is held without taking it."""
+
+    def lease_held(self, id: str) -> bool:
+        """Whether a live owner holds the lease of ``id`` now; changes nothing."""
         ...
 
 
