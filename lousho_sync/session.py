@@ -17,7 +17,7 @@ from typing import Any, Literal
 from . import _idempotency as idem
 from . import _session_ops as ops
 from ._detached import AttachedRun, StartedRun, take_over
-from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
+from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog, committed_turn
 from ._mailbox import post_abort
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
@@ -204,6 +204,7 @@ class Session:
         log = self._event_log()
         driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
                                                key=key)
+        control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
         return StartedRun(inner, log, publisher)
@@ -240,6 +241,7 @@ class Session:
 
     def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
         control = TurnControl()
+        control.logged = True
         control.close()
         ticket = self._state.enqueue(control)
         run: Generator[RunEvent, None, ExecutionResult | None] = SessionTurn(
@@ -247,13 +249,18 @@ class Session:
         return run
 
     def _committed(self, head: TurnHead) -> ExecutionResult | None:
-        """The result of the turn of ``head`` if the transcript ends with it (its driver
-        died after the commit, before its last events were written), else None."""
-        first = next(iter(self._event_log().follow(head.turn_id, -1, idle=lambda h: True)),
-                     None)
+        """The result of the turn of ``head`` if it was committed (its driver died after the
+        commit, before its last events were written), else None: found by the turn id its
+        commit recorded; a turn logged by an older release, whose commit recorded none, by
+        its input at the transcript's tail."""
+        log = self._event_log()
+        messages = self.load()
+        found = committed_turn(messages, head.turn_id)
+        if found is not None or log.seals_commit(head.turn_id):
+            return found
+        first = next(iter(log.follow(head.turn_id, -1, idle=lambda h: True)), None)
         if not isinstance(first, RunStart) or not first.input:
             return None
-        messages = self.load()
         n = len(first.input)
         starts = [i for i in range(len(messages) - n, -1, -1)
                   if tuple(m.content for m in messages[i:i + n])

@@ -36,6 +36,7 @@ import attrs
 
 from . import _idempotency as idem
 from . import _mailbox as mailbox
+from ._eventlog import seal_turn
 from ._lease_hold import LeaseHold
 from ._session_parts import SessionParts
 from ._session_state import Ticket
@@ -459,13 +460,16 @@ class SessionTurn:
         sealed: list[tuple[ExecutionResult, ExecutionResult]] = []
 
         def commit(result: ExecutionResult) -> None:
-            # the keys claimed in the turn sealed in its commit (see _idempotency): only a
-            # user message with extra fields can claim one
+            # only a user message with extra fields can claim a key (see _idempotency)
             keys = idem.claims(result.messages) if any(
                 m.extra for m in result.messages if m.role == "user") else None
-            if keys:
-                sealed.append((result, idem.seal(result, keys)))
-                result = sealed[-1][1]
+            if keys or control.logged:
+                plain = result
+                if keys:  # the keys claimed in the turn sealed in its commit: _idempotency
+                    result = idem.seal(result, keys)
+                if control.logged:  # which turn this is, for a takeover: _eventlog
+                    result = seal_turn(result, state.run_id)
+                sealed.append((plain, result))
             _commit(p, result.messages, writer=writer, key=state.key, committer=committer,
                     hold=hold, release=last)
 

@@ -297,14 +297,17 @@ class FileLayout:
         except OSError as exc:
             raise unavailable("delete", path, exc, id) from exc
 
-    def _rev(self, id: str, path: Path) -> Rev:
+    def _stat(self, id: str, path: Path) -> os.stat_result | None:
         try:
-            st = os.stat(path)
+            return os.stat(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise unavailable("stat", path, exc, id) from exc
-        return (st.st_mtime_ns, st.st_size)
+
+    def _rev(self, id: str, path: Path) -> Rev:
+        st = self._stat(id, path)
+        return None if st is None else (st.st_mtime_ns, st.st_size)
 
     def _current(self, id: str) -> Row | None:
         """The catalog entry of ``id`` (stat first: a write between the two shows as a

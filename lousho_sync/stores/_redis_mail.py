@@ -1,19 +1,29 @@
 """The Redis store's mailbox primitives: a session's mail is a list
 (``<prefix>mail:<session>``) of JSON entries in arrival order; every post increments
-``<prefix>mail-version``, which an owner in another process reads at its wake-ups. Taking
-is ``LRANGE`` + ``DEL`` in one transaction, so exactly one process gets each mail."""
+``<prefix>mail-version`` and adds the session id to the stream ``<prefix>mail-wake``, which
+an owner's thread reads with ``XREAD BLOCK`` from the last entry it saw (a wake-up is never
+lost while the server keeps the stream). Taking is ``LRANGE`` + ``DEL`` in one transaction,
+so exactly one process gets each mail."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._mail import Mail
+from ._mail import Mail, Wake
 from ._redis_conn import Conn, as_str
 
 __all__ = ["RedisMailOps"]
+
+_log = logging.getLogger("lousho_sync.stores")
+
+BLOCK_MS = 500
+"""How long one ``XREAD BLOCK`` waits (a stopped subscription ends within it)."""
+_WAKE_LEN = 1000  # entries kept in the wake stream (about)
+_RETRY_S = 0.5
 
 
 class RedisMailOps:
@@ -34,6 +44,8 @@ class RedisMailOps:
             pipe = r.pipeline(transaction=True)
             pipe.rpush(key, entry)
             pipe.incr(self._c.key("mail-version"))
+            pipe.xadd(self._c.key("mail-wake"), {"s": session_id}, maxlen=_WAKE_LEN,
+                      approximate=True)
             pipe.execute()
 
         self._c.run("post to a session's mailbox", fn, session_id)
@@ -72,3 +84,36 @@ class RedisMailOps:
     def version(self) -> int:
         raw = self._c.run("poll the mailbox", lambda r: r.get(self._c.key("mail-version")))
         return 0 if raw is None else int(as_str(raw))
+
+    def subscribe(self, wake: Wake) -> Callable[[], None]:
+        stop = threading.Event()
+        threading.Thread(target=self._listen, args=(wake, stop), daemon=True,
+                         name="lousho-mail-wake").start()
+        return stop.set
+
+    @staticmethod
+    def _reader(key: str, since: str) -> Callable[[Any], Any]:
+        return lambda r: r.xread({key: since}, count=100, block=BLOCK_MS)
+
+    def _listen(self, wake: Wake, stop: threading.Event) -> None:
+        key = self._c.key("mail-wake")
+        last: str | None = None
+        while not stop.is_set():
+            try:
+                if last is None:  # (re)start from the newest entry: earlier ones are seen
+                    newest: Any = self._c.run("read the mail wake-ups",
+                                              lambda r: r.xrevrange(key, count=1))
+                    last = as_str(newest[0][0]) if newest else "0-0"
+                    wake(None)
+                reply: Any = self._c.run("wait for mail", self._reader(key, last))
+            except Exception:
+                _log.debug("the mail wake-up reader lost its connection; reading again",
+                           exc_info=True)
+                last = None
+                stop.wait(_RETRY_S)
+                continue
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    last = as_str(entry_id)
+                    sid = fields.get(b"s", fields.get("s"))
+                    wake(None if sid is None else as_str(sid))

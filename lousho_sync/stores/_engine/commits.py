@@ -25,7 +25,8 @@ class CommitOp:
     """One commit: in one transaction refuse when a token newer than ``token`` (0:
     unfenced) exists, check that session ``id`` holds ``expected_length`` messages, append
     ``texts`` (codec JSON), delete checkpoint ``checkpoint_key`` (None: none) and, with
-    ``release``, release the lease held under ``token``."""
+    ``release``, release the lease held under ``token``. ``messages``: what ``texts``
+    encode (a backend that keeps objects, the memory one, takes them as they are)."""
 
     id: str
     texts: list[str]
@@ -33,6 +34,7 @@ class CommitOp:
     checkpoint_key: str | None
     token: int
     release: bool
+    messages: Sequence[Message] = attrs.field(default=(), eq=False)
 
 
 @attrs.frozen(slots=True)
@@ -107,7 +109,7 @@ class CommitRules:
         written when it raises. Returns the new ``sessions.revision(id)``."""
         token = commit_token(id, fence, release)
         op = CommitOp(id, [dumps_message(m) for m in messages], expected_length,
-                      checkpoint_key, token, release)
+                      checkpoint_key, token, release, messages)
         return settle(self._commits.backend, op, self._commits.commit(op))
 
 
@@ -132,7 +134,7 @@ class AppendRules:
         """
         validate_session_id(id)
         op = CommitOp(id, [dumps_message(m) for m in messages], expected_length, None,
-                      fence_token_of(fence, id), False)
+                      fence_token_of(fence, id), False, messages)
         settle(self._commits.backend, op, self._commits.commit(op))
 
     def check_length(self, id: str, expected: int, actual: int) -> None:
