@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import attrs
 
-from ._eventlog import EventLog, Publisher
+from ._eventlog import EventLog, Publisher, spawn
 from .errors import LoushoError, RunConsumedError, RunTimeoutError
 from .events import Event, RunDone, RunEvent, RunFailed, StepReset, TextDelta
 from .inputs import InputLike
@@ -78,6 +78,10 @@ class _LogReader(AgentRun):
         return self._events()
 
     def _events(self) -> Generator[Event, None, None]:
+        local = local_run(self._turn_id)
+        if local is not None:  # driven here: its events as objects, at once
+            yield from local._publisher.follow(self._after)
+            return
         yield from self._log_.follow(self._turn_id, self._after, idle=self._idle)
 
     def _idle(self, head: TurnHead) -> bool:
@@ -142,9 +146,7 @@ class StartedRun(_LogReader):
         self._error: BaseException | None = None
         with _running_lock:
             _running[inner.run_id] = self
-        self._thread = threading.Thread(target=self._drive, daemon=True,
-                                        name=f"lousho-turn-{inner.run_id[:8]}")
-        self._thread.start()
+        spawn(self._drive, f"lousho-turn-{inner.run_id[:8]}")
 
     def _drive(self) -> None:
         publisher = self._publisher
@@ -156,7 +158,7 @@ class StartedRun(_LogReader):
                          exc_info=True)
             self._error = exc
         finally:
-            publisher.flush()
+            publisher.close()
             try:
                 self._result = self._inner.result()
             except BaseException as exc:
@@ -191,9 +193,8 @@ class StartedRun(_LogReader):
         return self._inner.steer(input)
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the background thread; True when it ended."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Wait for the background thread's turn; True when it ended."""
+        return self._ended.wait(timeout)
 
 
 class AttachedRun(_LogReader):
@@ -328,6 +329,6 @@ def _take_over(
         publish(RunDone(run_id=turn_id, seq=0, finish_reason="error", result=None))
     finally:
         if publisher is not None:
-            publisher.flush()
+            publisher.close()
         with _running_lock:
             _taking.discard(turn_id)
