@@ -45,7 +45,7 @@ from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
 from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
-from .turns import SessionTurn, drive, keyed_turn
+from .turns import SessionTurn, drive, keyed_turn, note_keyed
 
 __all__ = ["Session", "TurnPolicy", "check_attach_args", "new_session_id", "validate_session_id"]
 
@@ -214,6 +214,8 @@ class Session:
         control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
+        if key is not None:
+            note_keyed(self._id, key, control)
         return StartedRun(inner, log, publisher)
 
     def attach(

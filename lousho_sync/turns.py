@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
@@ -71,6 +72,7 @@ __all__ = [
     "aborted_result",
     "drive",
     "keyed_turn",
+    "note_keyed",
     "one_shot",
     "play",
     "play_linked",
@@ -346,8 +348,11 @@ class SessionTurn:
                                 if self._p.base.compaction is not None:
                                     self._p.maybe_compact(msgs, control.signal, hold,
                                                           self._limits)
-                                publisher = None if log is None else log.begin(
-                                    control.run_id, self._p.id, st.owner)
+                                publisher = None
+                                if log is not None:
+                                    assert key is not None
+                                    publisher = log.begin(control.run_id, self._p.id, st.owner)
+                                    note_keyed(self._p.id, key, control)
                                 play = self._new_turn(control, msgs, hold,
                                                       emit or publisher is not None)
                                 if publisher is not None:
@@ -604,9 +609,25 @@ class SessionTurn:
         return result
 
 
+_local_keys: weakref.WeakValueDictionary[tuple[str, str], TurnControl] = (
+    weakref.WeakValueDictionary())
+"""The keyed turns running in this process, by (session id, key): their events may not be
+written to the log yet (the publisher writes from a thread of its own)."""
+
+
+def note_keyed(session_id: str, key: str, control: TurnControl) -> None:
+    """Say that ``control``'s turn, running in this process, is the turn of ``key``."""
+    _local_keys[(session_id, key)] = control
+
+
 def keyed_turn(log: EventLog, session_id: str, key: str) -> TurnHead | None:
     """The head of the session's running turn when it is the turn of idempotency key
     ``key`` (its ``run.start`` in the event log claims it), else None."""
+    local = _local_keys.get((session_id, key))
+    if local is not None:
+        head = log.head(local.run_id)
+        if head is not None and head.session_id == session_id and head.ended_at is None:
+            return head
     head = log.latest(session_id)
     if head is None or head.ended_at is not None:
         return None
@@ -643,14 +664,14 @@ def _published(
         seq = control.next_seq()
         publisher.publish(RunDone(run_id=control.run_id, seq=seq, finish_reason="aborted",
                                   result=None))
-        publisher.flush()
+        publisher.close()
         raise
     except BaseException as exc:
         seq = control.next_seq()
         publisher.publish(RunFailed(run_id=control.run_id, seq=seq, error=exc))
         publisher.publish(RunDone(run_id=control.run_id, seq=seq + 1, finish_reason="error",
                                   result=None))
-        publisher.flush()
+        publisher.close()
         control.rewind_seq(seq)
         raise
 
@@ -660,7 +681,7 @@ def _publish_end(publisher: Publisher, control: TurnControl, result: ExecutionRe
     seq = control.next_seq()
     publisher.publish(RunDone(run_id=control.run_id, seq=seq,
                               finish_reason=result.finish_reason, result=result))
-    publisher.flush()
+    publisher.close()
     control.rewind_seq(seq)
 
 
