@@ -17,7 +17,7 @@ from typing import Any, Literal
 from . import _idempotency as idem
 from . import _session_ops as ops
 from ._detached import AttachedRun, StartedRun, take_over
-from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
+from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog, committed_turn
 from ._mailbox import post_abort
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
@@ -43,11 +43,11 @@ from .signal import Signal
 from .stores._events import TurnHead, event_ops_of
 from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
-from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
+from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive
 
-__all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
+__all__ = ["Session", "TurnPolicy", "check_attach_args", "new_session_id", "validate_session_id"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +55,23 @@ TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
 
+
+
+def _messages_of(input: object) -> tuple[Message, ...]:
+    """``to_messages(input)``; an ASCII str (the common input: it holds no surrogate code
+    point) made at once."""
+    if type(input) is str and input.isascii():
+        return (Message("user", input),)
+    return to_messages(input)
+
+
+def check_attach_args(turn_id: object, after: object) -> None:
+    """InvalidInputError unless ``turn_id`` is a str or None and ``after`` an int >= -1
+    (``Session.attach``'s arguments)."""
+    if turn_id is not None and not isinstance(turn_id, str):
+        raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
+    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+        raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
 
 class Session:
     """A multi-turn conversation. Create it with ``agent.session()``.
@@ -160,7 +177,7 @@ class Session:
         policy but ``"reject"``.
         """
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
+        driver, _, _ = self._start(_messages_of(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
 
@@ -171,7 +188,7 @@ class Session:
         """The same turn as an :class:`AgentRun`; it joins the queue now
         (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
+        driver, control, discard = self._start(_messages_of(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
 
     def start(
@@ -185,8 +202,9 @@ class Session:
         ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
-        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+        driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
                                                key=key)
+        control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
         return StartedRun(inner, log, publisher)
@@ -200,11 +218,8 @@ class Session:
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
         or never existed. ``takeover``: when the turn's driving process dies, this process
         resumes the turn from its checkpoint and drives it (its events go on, after a
-        ``step.reset``)."""
-        if turn_id is not None and not isinstance(turn_id, str):
-            raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
-        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
-            raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
+        ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
+        check_attach_args(turn_id, after)
         log = self._event_log()
         head = log.latest(self._id) if turn_id is None else log.head(turn_id)
         if head is None or head.session_id != self._id:
@@ -215,7 +230,8 @@ class Session:
                 turn_id=turn_id, session_id=self._id,
             )
         return AttachedRun(log, head.turn_id, after,
-                           idle=self._take_over_if_dead if takeover else None)
+                           idle=self._take_over_if_dead if takeover else None,
+                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid))
 
     def _take_over_if_dead(self, head: TurnHead) -> bool:
         if head.status == "running" and owner_is_dead(head.owner):
@@ -225,6 +241,7 @@ class Session:
 
     def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
         control = TurnControl()
+        control.logged = True
         control.close()
         ticket = self._state.enqueue(control)
         run: Generator[RunEvent, None, ExecutionResult | None] = SessionTurn(
@@ -232,13 +249,18 @@ class Session:
         return run
 
     def _committed(self, head: TurnHead) -> ExecutionResult | None:
-        """The result of the turn of ``head`` if the transcript ends with it (its driver
-        died after the commit, before its last events were written), else None."""
-        first = next(iter(self._event_log().follow(head.turn_id, -1, idle=lambda h: True)),
-                     None)
+        """The result of the turn of ``head`` if it was committed (its driver died after the
+        commit, before its last events were written), else None: found by the turn id its
+        commit recorded; a turn logged by an older release, whose commit recorded none, by
+        its input at the transcript's tail."""
+        log = self._event_log()
+        messages = self.load()
+        found = committed_turn(messages, head.turn_id)
+        if found is not None or log.seals_commit(head.turn_id):
+            return found
+        first = next(iter(log.follow(head.turn_id, -1, idle=lambda h: True)), None)
         if not isinstance(first, RunStart) or not first.input:
             return None
-        messages = self.load()
         n = len(first.input)
         starts = [i for i in range(len(messages) - n, -1, -1)
                   if tuple(m.content for m in messages[i:i + n])
@@ -289,10 +311,14 @@ class Session:
         leasable = st.leasable
         if mail is None or leasable is None:
             return False
-        probe = make_owner()  # is the lease held elsewhere? (never this process's holder)
-        if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
-            leasable.release_lease(self._id, owner=probe)
-            return False
+        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay as they are
+            if not leasable.lease_held(self._id):
+                return False
+        else:  # a store of its own without the query: try the lease under a throwaway owner
+            probe = make_owner()
+            if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
+                leasable.release_lease(self._id, owner=probe)
+                return False
         post_abort(mail, self._id, reason, turn_id)
         return True
 

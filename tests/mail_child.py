@@ -4,10 +4,12 @@
 
 ROLE ``owner``: sends ``"A"``; the model calls ``hold``, which prints ``IN_TOOL`` and
 blocks until the turn is offered input from another call (``queue``) or is aborted; the
-next model call answers ``"saw: <user messages>"``. ROLE ``steerowner`` sends ``"A"``
+next model call answers ``"saw: <user messages>"``; ROLE ``startowner`` is ``owner`` with
+``start()`` (a detached turn, in the event log). ROLE ``steerowner`` sends ``"A"``
 and its first model call hangs (printing ``IN_CALL``) until it is aborted. ROLE
 ``queue``/``steer``/``rollback`` sends ``"B"`` under that policy; ROLE ``abort`` calls
-``abort_turn()``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
+``abort_turn()``; ROLE ``attachabort`` attaches to the running turn and calls
+``run.abort()``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
 line.
 """
 
@@ -57,11 +59,25 @@ def main() -> None:
 
     def answer(request: ModelRequest) -> Step | str:
         msgs = list(request.messages)
-        if msgs[-1].role == "user" and msgs[-1].text == "A" and role == "owner":
+        if msgs[-1].role == "user" and msgs[-1].text == "A" and role in ("owner", "startowner"):
             return Step(tool_calls=[("hold", {})])
         return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
 
+    if role == "holder":
+        hold_lease(kind, root)
+        return
+    if role.startswith("line:"):  # tell the test when the input is in the mailbox
+        import lousho_sync._mailbox as mailbox
+
+        posted = mailbox.post_input
+
+        def post_input(*args: Any, **kw: Any) -> None:
+            posted(*args, **kw)
+            print("POSTED", flush=True)
+
+        mailbox.post_input = post_input  # type: ignore[assignment]
     policy = role if role in ("queue", "steer", "rollback") else "wait"
+    policy = "queue" if role.startswith("line:") else policy
     script = [Step(text="never", gate=_Announced())] if role == "steerowner" else []
     agent = create_agent(provider=ScriptedProvider(script, default=answer), tools=[hold],
                          store=make_store(kind, Path(root)))
@@ -71,10 +87,34 @@ def main() -> None:
     if role == "abort":
         print(json.dumps({"asked": session.abort_turn("stop it")}), flush=True)
         return
-    r = session.send("A" if role.endswith("owner") else "B")
+    if role == "attachabort":
+        run = session.attach()
+        run.abort("stop it")
+        print(json.dumps({"finish": run.result(timeout=WAIT_S).finish_reason}), flush=True)
+        return
+    if role == "startowner":
+        r = session.start("A").result()
+    elif role.startswith("line:"):
+        r = session.send(role.partition(":")[2])
+    else:
+        r = session.send("A" if role.endswith("owner") else "B")
     print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
                       "joined": r.joined, "messages": [m.text for m in r.messages]}),
           flush=True)
+
+
+def hold_lease(kind: str, root: str) -> None:
+    from lousho_sync.stores._lease import make_owner
+
+    store = make_store(kind, Path(root))
+    owner = make_owner()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    assert store.sessions.acquire_lease(SESSION, owner=owner, ttl_s=WAIT_S, wait_s=0)
+    print("HELD", flush=True)
+    sys.stdin.readline()
+    store.sessions.release_lease(SESSION, owner=owner)
+    print(json.dumps({"released": True}), flush=True)
 
 
 if __name__ == "__main__":

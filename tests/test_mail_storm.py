@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import STORE_KINDS
+from conftest import STORE_KINDS, read_line
 from crash_child import make_store
 
 from lousho_sync import ScriptedProvider, create_agent
@@ -29,10 +29,10 @@ WORKERS = 3
 LEASE_TTL_S = 3.0
 
 
-def _spawn(kind: str, root: Path, worker: int) -> subprocess.Popen[bytes]:
+def _spawn(kind: str, root: Path, worker: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HERE / "mail_storm_worker.py"), kind,
                              str(root), str(worker), str(LEASE_TTL_S)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS, indirect=True)
@@ -43,6 +43,8 @@ def test_queue_senders_under_a_kill_storm_store_every_returned_input_once(
     rng = random.Random()
     procs = [_spawn(kind, tmp_path, w) for w in range(WORKERS)]
     try:
+        for p in procs:  # the storm starts once every worker's first send() returned
+            assert read_line(p) == "up"
         for _ in range(KILLS):
             time.sleep(rng.uniform(0.05, 0.3))  # the killer's cadence, not a sync
             w = rng.randrange(WORKERS)

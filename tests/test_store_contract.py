@@ -48,6 +48,7 @@ from lousho_sync.stores.base import (
     Checkpoint,
     CheckpointStore,
     Fence,
+    LeaseQuery,
     SessionStore,
     supports_append,
     supports_fencing,
@@ -704,6 +705,27 @@ def test_fence_tokens_strictly_increase_across_owners_and_a_reopen(kit: Kit, sto
     assert all(isinstance(t, int) for t in tokens)
     assert tokens == sorted(set(tokens)), tokens  # strictly increasing
     assert sessions.fence_token("s1") == tokens[-1]
+
+
+def test_lease_held_reads_the_lease_without_changing_it_or_its_token(
+    kit: Kit, store: Any
+) -> None:
+    kit.need("leases")
+    sessions, a = store.sessions, make_owner()
+    if not isinstance(sessions, LeaseQuery):
+        pytest.skip(f"{kit.name}: its lease has no read-only query (abort_turn probes it)")
+    assert sessions.lease_held("s1") is False
+    token = sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    with kit.reopened() as again:  # as another process sees it
+        assert again.sessions.lease_held("s1") is True
+        if hasattr(again, "fence_token"):  # a combined store forwarding its lease methods
+            assert again.lease_held("s1") is True
+        assert again.sessions.fence_token("s1") == token
+    assert sessions.renew_lease("s1", owner=a, ttl_s=600)  # still a's
+    sessions.release_lease("s1", owner=a)
+    assert sessions.lease_held("s1") is False
+    assert sessions.fence_token("s1") == token
+    assert sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0) == token + 1
 
 
 def _take_over(store: Any) -> tuple[Fence, Fence]:
