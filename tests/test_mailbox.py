@@ -340,6 +340,13 @@ def test_mail_posted_while_the_wake_up_connection_is_down_joins_the_turn(
 
 
 # --- next turns in arrival order; the input of a sender that died -------------------------------
+def _reap(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def _line(kind: str, root: Path, label: str) -> subprocess.Popen[str]:
     """A process sending ``label`` with "queue"; returns once its input is in the mailbox."""
     p = _spawn(f"line:{label}", kind, root)
@@ -361,9 +368,7 @@ def test_inputs_waiting_for_the_lease_run_in_arrival_order(kind: str, tmp_path: 
         assert _result(holder) == {"released": True}
         results = [_result(p) for p in procs[1:]]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        _reap(procs)
     users = [text for role, text in _messages(kind, tmp_path) if role == "user"]
     assert users == arrival
     assert all(r["finish"] == "stop" for r in results)
@@ -386,9 +391,7 @@ def test_the_input_of_a_sender_killed_while_it_waited_is_not_stored(
         assert _result(holder) == {"released": True}
         p2 = _result(procs[1])
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        _reap(procs)
     assert p2["text"] == "saw: P2"
     assert [text for role, text in _messages(kind, tmp_path) if role == "user"] == ["P2"]
     store = make_store(kind, tmp_path)
