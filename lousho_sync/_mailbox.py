@@ -40,9 +40,11 @@ import attrs
 from .codec import message_from_dict, message_to_dict
 from .control import TurnControl
 from .messages import Message
+from .stores._lease import owner_is_dead
 from .stores._mail import Mail, MailOps, MailPush
 
-__all__ = ["FALLBACK_S", "POLL_S", "mail_key", "post_abort", "post_input", "register"]
+__all__ = ["FALLBACK_S", "LINE_PATIENCE_S", "POLL_S", "first_in_line", "mail_key",
+           "post_abort", "post_input", "register"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +57,11 @@ FALLBACK_S = 0.5
 """How often a process with a registered turn looks at its mailbox anyway on a store that
 wakes it (Redis, PostgreSQL, memory): a lost wake-up only delays mail (seconds)."""
 
+LINE_PATIENCE_S = 60.0
+"""How long a waiting poster holds the posters after it back (seconds): next turns run in
+arrival order, unless a poster waited this long (its process may be gone on another host,
+where its death cannot be told)."""
+
 _PREFIX = "mail:"
 _IDLE_EXIT_S = 2.0
 
@@ -65,10 +72,31 @@ def mail_key() -> str:
 
 
 def post_input(ops: MailOps, session_id: str, msgs: tuple[Message, ...], *, steer: bool,
-               mail_id: str) -> None:
-    """Put ``msgs`` (already claiming ``mail_id``) in the session's mailbox."""
+               mail_id: str, poster: str) -> None:
+    """Put ``msgs`` (already claiming ``mail_id``) in the session's mailbox; ``poster`` is
+    the lease owner string of the caller (it waits in line for the lease)."""
     data = json.dumps([message_to_dict(m) for m in msgs])
-    ops.post(session_id, mail_id, "steer" if steer else "queue", data, time.time())
+    ops.post(session_id, mail_id, "steer" if steer else "queue", data, time.time(), poster)
+
+
+def first_in_line(ops: MailOps, session_id: str, mail_id: str) -> bool:
+    """Whether the poster of ``mail_id`` may take the lease now: every input posted to the
+    session before it has had its turn — its poster took the lease (and dropped its mail),
+    died (its mail is dropped here, never applied), or has waited longer than
+    :data:`LINE_PATIENCE_S` (then it no longer holds later posters back)."""
+    now = time.time()
+    for m in ops.line(session_id):
+        if m.mail_id == mail_id:
+            return True
+        if m.kind == "abort" or now - m.posted_at > LINE_PATIENCE_S:
+            continue
+        if m.poster and owner_is_dead(m.poster):
+            _log.info("session %s: dropped the input of a sender that died before it was "
+                      "applied (mail %s)", session_id, m.mail_id)
+            ops.drop(m.mail_id, session_id)
+            continue
+        return False
+    return True
 
 
 def post_abort(ops: MailOps, session_id: str, reason: object, turn_id: str | None) -> str:
@@ -204,22 +232,43 @@ class _Watcher:
     def _deliver(self, m: Mail, taken_at: float) -> None:
         with self._cond:
             entry = self._turns.get(m.session_id)
-        if entry is None or entry.at > taken_at:
-            return  # the turn it was taken for ended: the poster runs its input itself
-        control, since = entry.control, entry.since
-        try:
-            data = json.loads(m.data)
-            if m.kind == "abort":
-                turn_id = data.get("turn_id")
-                if m.posted_at >= since - 1.0 and turn_id in (None, control.run_id):
-                    control.abort(data.get("reason") or "aborted from another process")
+        if entry is not None and entry.at > taken_at:
+            entry = None  # the turn it was taken for ended (another one runs now)
+        if m.kind == "abort":
+            self._drop(m)  # done with once taken, whether or not its turn still ran
+            try:
+                data = json.loads(m.data)
+                turn_id, reason = data.get("turn_id"), data.get("reason")
+            except Exception:
+                _log.warning("dropped an unreadable abort %s of session %s", m.mail_id,
+                             m.session_id, exc_info=True)
                 return
-            msgs = tuple(message_from_dict(d) for d in data)
+            if entry is not None and m.posted_at >= entry.since - 1.0 \
+                    and turn_id in (None, entry.control.run_id):
+                entry.control.abort(reason or "aborted from another process")
+            return
+        if entry is None:
+            return  # the poster runs its input itself
+        if m.poster and owner_is_dead(m.poster):
+            # its sender died before it was applied: nobody learns of it, so it is not
+            # stored (a retry of that request would store it twice)
+            _log.info("session %s: dropped the input of a sender that died before it was "
+                      "applied (mail %s)", m.session_id, m.mail_id)
+            self._drop(m)
+            return
+        try:
+            msgs = tuple(message_from_dict(d) for d in json.loads(m.data))
         except Exception:
             _log.warning("dropped an unreadable mail %s of session %s", m.mail_id,
                          m.session_id, exc_info=True)
             return
-        control.offer(msgs, steer=m.kind == "steer")
+        entry.control.offer(msgs, steer=m.kind == "steer")
+
+    def _drop(self, m: Mail) -> None:
+        try:
+            self._ops.drop(m.mail_id, m.session_id)
+        except Exception:
+            _log.warning("could not drop mail %s", m.mail_id, exc_info=True)
 
 
 _watchers: weakref.WeakKeyDictionary[object, _Watcher] = weakref.WeakKeyDictionary()
