@@ -487,7 +487,9 @@ class Publisher:
         """Write what waits, now, in the calling thread; False when the write failed."""
         with self._write_lock:
             with self._lock:
-                if self.superseded:
+                if self.superseded:  # nothing more is written: everything counts as done
+                    self._unwritten = self._dropped + len(self._local)
+                    self._told = self._urgent = False
                     return True
                 start = self._unwritten
                 events = self._local[start - self._dropped:]

@@ -9,7 +9,10 @@
 leaves its loop after that seq and attaches again with it; with ``LOUSHO_TEST_ANSWER`` (and
 ``LOUSHO_TEST_CHUNKS``) its model streams that answer when it takes the turn over. ``drive``
 starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then each event
-it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there).
+it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there;
+with ``LOUSHO_TEST_GO_ON_CONT`` it goes on once SIGSTOPped and continued, then prints
+``{"end": ..., "result"|"error": ...}``; ``LOUSHO_TEST_LEASE_TTL_S`` sets its lease's TTL,
+``LOUSHO_TEST_HOST`` the host its lease owner names).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from crash_child import make_store  # noqa: E402
 
 from lousho_sync import (  # noqa: E402
     Event,
+    LoushoError,
     Message,
     ModelDone,
     ModelEvent,
@@ -58,6 +63,7 @@ class GatedProvider:
         self.calls = 0
         self.reached = threading.Event()
         self.pace_s = pace_s  # a pause before each piece (the storm's slow model)
+        self.go_on_after_stop = False
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
         self.calls += 1
@@ -65,8 +71,13 @@ class GatedProvider:
         for i, piece in enumerate(self.pieces):
             if first and i == self.hold_after:
                 self.reached.set()
+                last = time.monotonic()
                 while not self.gate.wait(0.05):
                     signal.raise_if_aborted()
+                    now = time.monotonic()
+                    if self.go_on_after_stop and now - last > 1.0:
+                        break  # the process was stopped (SIGSTOP) and continued: go on
+                    last = now
             if self.pace_s and signal.wait(self.pace_s):
                 signal.raise_if_aborted()
             signal.raise_if_aborted()
@@ -125,11 +136,22 @@ def main() -> None:
         text, chunks, hold_after = args[0], int(args[1]), int(args[2])
         provider = GatedProvider(text, chunks, hold_after,
                                  pace_s=float(os.environ.get("LOUSHO_TEST_PACE_S", "0")))
-        session = create_agent(provider=provider, store=store).session(id=sid)
+        if os.environ.get("LOUSHO_TEST_HOST"):  # a lease owner that names another host
+            from lousho_sync.stores import _lease
+
+            _lease.HOST = os.environ["LOUSHO_TEST_HOST"]
+        provider.go_on_after_stop = bool(os.environ.get("LOUSHO_TEST_GO_ON_CONT"))
+        ttl = os.environ.get("LOUSHO_TEST_LEASE_TTL_S")
+        session = create_agent(provider=provider, store=store).session(
+            id=sid, lease_ttl_s=float(ttl) if ttl else None)
         run = session.start("go")
         _out({"turn": run.turn_id})
         for event in run:
             _out(line_of(event))
+        try:
+            _out({"end": True, "result": run.result(timeout=60).text})
+        except LoushoError as exc:
+            _out({"end": True, "error": exc.code})
     else:  # pragma: no cover
         raise SystemExit(f"unknown mode {mode}")
 
