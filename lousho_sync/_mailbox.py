@@ -40,9 +40,11 @@ import attrs
 from .codec import message_from_dict, message_to_dict
 from .control import TurnControl
 from .messages import Message
+from .stores._lease import owner_is_dead
 from .stores._mail import Mail, MailOps, MailPush
 
-__all__ = ["FALLBACK_S", "POLL_S", "mail_key", "post_abort", "post_input", "register"]
+__all__ = ["FALLBACK_S", "LINE_PATIENCE_S", "POLL_S", "first_in_line", "mail_key",
+           "post_abort", "post_input", "register"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +57,11 @@ FALLBACK_S = 0.5
 """How often a process with a registered turn looks at its mailbox anyway on a store that
 wakes it (Redis, PostgreSQL, memory): a lost wake-up only delays mail (seconds)."""
 
+LINE_PATIENCE_S = 60.0
+"""How long a waiting poster holds the posters after it back (seconds): next turns run in
+arrival order, unless a poster waited this long (its process may be gone on another host,
+where its death cannot be told)."""
+
 _PREFIX = "mail:"
 _IDLE_EXIT_S = 2.0
 
@@ -65,10 +72,31 @@ def mail_key() -> str:
 
 
 def post_input(ops: MailOps, session_id: str, msgs: tuple[Message, ...], *, steer: bool,
-               mail_id: str) -> None:
-    """Put ``msgs`` (already claiming ``mail_id``) in the session's mailbox."""
+               mail_id: str, poster: str) -> None:
+    """Put ``msgs`` (already claiming ``mail_id``) in the session's mailbox; ``poster`` is
+    the lease owner string of the caller (it waits in line for the lease)."""
     data = json.dumps([message_to_dict(m) for m in msgs])
-    ops.post(session_id, mail_id, "steer" if steer else "queue", data, time.time())
+    ops.post(session_id, mail_id, "steer" if steer else "queue", data, time.time(), poster)
+
+
+def first_in_line(ops: MailOps, session_id: str, mail_id: str) -> bool:
+    """Whether the poster of ``mail_id`` may take the lease now: every input posted to the
+    session before it has had its turn — its poster took the lease (and dropped its mail),
+    died (its mail is dropped here, never applied), or has waited longer than
+    :data:`LINE_PATIENCE_S` (then it no longer holds later posters back)."""
+    now = time.time()
+    for m in ops.line(session_id):
+        if m.mail_id == mail_id:
+            return True
+        if m.kind == "abort" or now - m.posted_at > LINE_PATIENCE_S:
+            continue
+        if m.poster and owner_is_dead(m.poster):
+            _log.info("session %s: dropped the input of a sender that died before it was "
+                      "applied (mail %s)", session_id, m.mail_id)
+            ops.drop(m.mail_id, session_id)
+            continue
+        return False
+    return True
 
 
 def post_abort(ops: MailOps, session_id: str, reason: object, turn_id: str | None) -> str:
@@ -207,6 +235,16 @@ class _Watcher:
         if entry is None or entry.at > taken_at:
             return  # the turn it was taken for ended: the poster runs its input itself
         control, since = entry.control, entry.since
+        if m.kind != "abort" and m.poster and owner_is_dead(m.poster):
+            # its sender died before it was applied: nobody learns of it, so it is not
+            # stored (a retry of that request would store it twice)
+            _log.info("session %s: dropped the input of a sender that died before it was "
+                      "applied (mail %s)", m.session_id, m.mail_id)
+            try:
+                self._ops.drop(m.mail_id, m.session_id)
+            except Exception:
+                _log.warning("could not drop mail %s", m.mail_id, exc_info=True)
+            return
         try:
             data = json.loads(m.data)
             if m.kind == "abort":

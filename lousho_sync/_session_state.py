@@ -34,6 +34,7 @@ from .stores.base import (
     Appendable,
     ApprovalStore,
     Leased,
+    LeaseSaving,
     Revisioned,
     SessionStore,
 )
@@ -115,6 +116,9 @@ class SessionState:
         # capabilities, checked once (a Protocol isinstance check is slow)
         self.leasable: Leased | None = store if isinstance(store, Leased) else None
         self.leased = self.leasable is not None
+        self.saving: LeaseSaving | None = (  # the lease and a turn's first checkpoint at once
+            store if self.leased and isinstance(store, LeaseSaving) else None
+        )
         self.appendable: Appendable | None = store if isinstance(store, Appendable) else None
         self.revisioned: Revisioned | None = store if isinstance(store, Revisioned) else None
         self.has_revision = self.revisioned is not None

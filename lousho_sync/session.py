@@ -57,6 +57,14 @@ LEASE_TTL_S = 30.0
 
 
 
+def _messages_of(input: object) -> tuple[Message, ...]:
+    """``to_messages(input)``; an ASCII str (the common input: it holds no surrogate code
+    point) made at once."""
+    if type(input) is str and input.isascii():
+        return (Message("user", input),)
+    return to_messages(input)
+
+
 def check_attach_args(turn_id: object, after: object) -> None:
     """InvalidInputError unless ``turn_id`` is a str or None and ``after`` an int >= -1
     (``Session.attach``'s arguments)."""
@@ -169,7 +177,7 @@ class Session:
         policy but ``"reject"``.
         """
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
+        driver, _, _ = self._start(_messages_of(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
 
@@ -180,7 +188,7 @@ class Session:
         """The same turn as an :class:`AgentRun`; it joins the queue now
         (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
+        driver, control, discard = self._start(_messages_of(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
 
     def start(
@@ -194,7 +202,7 @@ class Session:
         ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
-        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+        driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
                                                key=key)
         control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)

@@ -17,6 +17,10 @@ from conftest import CHILD_TIMEOUT, read_line
 from crash_child import make_store
 
 from lousho_sync import ModelRequest, ScriptedProvider, Step, create_agent, tool
+from lousho_sync._mailbox import mail_key, post_input, register
+from lousho_sync.control import TurnControl
+from lousho_sync.messages import Message
+from lousho_sync.stores._lease import HOST, make_owner
 from lousho_sync.stores._mail import MailOps, MailPush
 from lousho_sync.stores.memory import memory_store
 
@@ -182,8 +186,10 @@ def test_each_mail_is_taken_once_in_arrival_order(two_views: tuple[MailOps, Mail
     before = owner.version()
     for n, sid in enumerate(["s1", "s2", "s1", "s1"]):
         poster.post(sid, f"mail:{n}", "queue", json.dumps(n), time.time())
-    poster.post("s1", "mail:gone", "queue", "[]", time.time())
-    poster.drop("mail:gone")  # a poster that got the lease takes its mail back
+    poster.post("s1", "mail:gone", "queue", "[]", time.time(), "a poster")
+    assert [m.mail_id for m in owner.line("s1")] == ["mail:0", "mail:2", "mail:3", "mail:gone"]
+    assert owner.line("s1")[-1].poster == "a poster"
+    poster.drop("mail:gone", "s1")  # a poster that got the lease takes its mail back
     assert owner.version() != before  # what a polling owner checks
     barrier = threading.Barrier(4)
     got: list[list[str]] = []
@@ -203,6 +209,8 @@ def test_each_mail_is_taken_once_in_arrival_order(two_views: tuple[MailOps, Mail
         s1 = [m for m in batch if m != "mail:1"]
         assert s1 == sorted(s1)
     assert owner.take(["s1", "s2"]) == []
+    # taken mail stays in the line until its poster drops it
+    assert [m.mail_id for m in poster.line("s1")] == ["mail:0", "mail:2", "mail:3"]
 
 
 @pytest.mark.parametrize("kind", ["memory", *PUSH_KINDS], indirect=True)
@@ -329,3 +337,83 @@ def test_mail_posted_while_the_wake_up_connection_is_down_joins_the_turn(
         _queue_joins(kind, tmp_path, store, monkeypatch, between=cut)
     finally:
         _close(store)
+
+
+# --- next turns in arrival order; the input of a sender that died -------------------------------
+def _reap(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _line(kind: str, root: Path, label: str) -> subprocess.Popen[str]:
+    """A process sending ``label`` with "queue"; returns once its input is in the mailbox."""
+    p = _spawn(f"line:{label}", kind, root)
+    _go(p)
+    assert read_line(p) == "POSTED"
+    return p
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_inputs_waiting_for_the_lease_run_in_arrival_order(kind: str, tmp_path: Path) -> None:
+    holder = _spawn("holder", kind, tmp_path)  # another process's turn holds the lease
+    procs = [holder]
+    try:
+        _go(holder)
+        assert read_line(holder) == "HELD"
+        arrival = ["P2", "P3", "P1"]  # each posts once the one before it is in the mailbox
+        procs += [_line(kind, tmp_path, label) for label in arrival]
+        _go(holder)  # the turn ends: its lease is released
+        assert _result(holder) == {"released": True}
+        results = [_result(p) for p in procs[1:]]
+    finally:
+        _reap(procs)
+    users = [text for role, text in _messages(kind, tmp_path) if role == "user"]
+    assert users == arrival
+    assert all(r["finish"] == "stop" for r in results)
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_the_input_of_a_sender_killed_while_it_waited_is_not_stored(
+    kind: str, tmp_path: Path
+) -> None:
+    holder = _spawn("holder", kind, tmp_path)
+    procs = [holder]
+    try:
+        _go(holder)
+        assert read_line(holder) == "HELD"
+        doomed = _line(kind, tmp_path, "P1")
+        doomed.kill()  # SIGKILL: its send() never returns, so nobody learns of P1
+        doomed.wait()
+        procs.append(_line(kind, tmp_path, "P2"))
+        _go(holder)
+        assert _result(holder) == {"released": True}
+        p2 = _result(procs[1])
+    finally:
+        _reap(procs)
+    assert p2["text"] == "saw: P2"
+    assert [text for role, text in _messages(kind, tmp_path) if role == "user"] == ["P2"]
+    store = make_store(kind, tmp_path)
+    try:
+        assert store.sessions.mail_ops().line("mailbox") == []  # nothing of P1 is left
+    finally:
+        _close(store)
+
+
+def test_the_owner_drops_input_whose_sender_died_before_it_was_taken() -> None:
+    ops = memory_store().sessions.mail_ops()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead, alive = f"{HOST}:{int(gone.stdout)}:0", make_owner()
+    for text, poster in (("from the dead", dead), ("alive", alive)):
+        post_input(ops, "s", (Message("user", text),), steer=False, mail_id=mail_key(),
+                   poster=poster)
+    control = TurnControl()
+    unregister = register(ops, "s", control)
+    try:
+        assert control.offered.wait(CHILD_TIMEOUT)
+    finally:
+        unregister()
+    assert [m.text for m in control.queued()] == ["alive"]
+    assert [m.poster for m in ops.line("s")] == [alive]  # the dead sender's mail is gone

@@ -1,16 +1,17 @@
 """The session mailbox's storage primitives: what a store keeps of input (or an abort) that
 a process puts in for the turn another process owns.
 
-A mail is ``(seq, mail_id, session_id, kind, data, posted_at)``: ``seq`` grows in arrival
-order, ``kind`` is ``"queue"``, ``"steer"`` or ``"abort"``, ``data`` JSON the store never
-reads. A backend writes :class:`MailOps` (each call one transaction), and where it can push
-(a Redis stream read with ``XREAD BLOCK``, PostgreSQL ``LISTEN``/``NOTIFY``, the memory
-store's condition) :class:`MailPush`, the owner's wake-up; the rules — who
-posts, who drains, what a drained mail does, how the poster learns what became of it —
-are written once above the stores (:mod:`lousho_sync._mailbox`). A store that has no
-mailbox (:func:`mail_ops_of` answers None) keeps the cross-process fallback of the turn
-policies (``"wait"``).
-"""
+A mail is ``(seq, mail_id, session_id, kind, data, posted_at, poster)``: ``seq`` grows in
+arrival order, ``kind`` is ``"queue"``, ``"steer"`` or ``"abort"``, ``data`` JSON the store
+never reads, ``poster`` the lease owner string of the process that posted it (whose death
+is told from it). A mail stays in the store, taken or not, until dropped: the session's
+*line* of posters waiting for the lease. A backend writes :class:`MailOps` (each call one
+transaction), and where it can push (a Redis stream read with ``XREAD BLOCK``, PostgreSQL
+``LISTEN``/``NOTIFY``, the memory store at once) :class:`MailPush`, the owner's wake-up;
+the rules — who posts, who drains, what a drained mail does, how the poster learns what
+became of it — are written once above the stores (:mod:`lousho_sync._mailbox`). A store
+that has no mailbox (:func:`mail_ops_of` answers None) keeps the cross-process fallback of
+the turn policies (``"wait"``)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,19 @@ class Mail:
     kind: str
     data: str
     posted_at: float
+    poster: str = ""
 
 
 class MailOps(Protocol):
     """A backend's mailbox primitives. Thread-safe; every call may raise StoreError."""
 
     def post(self, session_id: str, mail_id: str, kind: str, data: str,
-             posted_at: float) -> None:
+             posted_at: float, poster: str = "") -> None:
         """Add one mail to ``session_id``'s mailbox (after every mail posted before)."""
+        ...
+
+    def line(self, session_id: str) -> list[Mail]:
+        """The mail of ``session_id`` not dropped yet, taken or not, in arrival order."""
         ...
 
     def take(self, session_ids: Sequence[str]) -> list[Mail]:
@@ -51,8 +57,8 @@ class MailOps(Protocol):
         transaction (exactly one caller gets each mail)."""
         ...
 
-    def drop(self, mail_id: str) -> None:
-        """Forget one mail (taken or not; no error when absent)."""
+    def drop(self, mail_id: str, session_id: str) -> None:
+        """Forget one mail of ``session_id`` (taken or not; no error when absent)."""
         ...
 
     def version(self) -> int:

@@ -27,10 +27,10 @@ class MemoryMailOps:
         self._wakes: list[Wake] = []
 
     def post(self, session_id: str, mail_id: str, kind: str, data: str,
-             posted_at: float) -> None:
+             posted_at: float, poster: str = "") -> None:
         with self._lock:
             self._mail.append((Mail(next(self._seq), mail_id, session_id, kind, data,
-                                    posted_at), False))
+                                    posted_at, poster), False))
             self._version += 1
             wakes = list(self._wakes)
         for wake in wakes:
@@ -44,7 +44,11 @@ class MemoryMailOps:
                 self._mail = [(m, taken or m.session_id in wanted) for m, taken in self._mail]
             return out
 
-    def drop(self, mail_id: str) -> None:
+    def line(self, session_id: str) -> list[Mail]:
+        with self._lock:
+            return [m for m, _ in self._mail if m.session_id == session_id]
+
+    def drop(self, mail_id: str, session_id: str = "") -> None:
         with self._lock:
             self._mail = [(m, t) for m, t in self._mail if m.mail_id != mail_id]
 

@@ -10,11 +10,12 @@ from typing import Protocol
 import attrs
 
 from ...codec import dumps_message
+from ...errors import ConfigError
 from ...messages import Message
 from ...records import Fence
-from .._common import check_length, commit_token, fence_token_of, validate_session_id
+from .._common import check_length, validate_session_id
 from .backend import Backend
-from .leases import refused
+from .leases import fence_token_of, refused
 
 __all__ = ["AppendRules", "CommitOp", "CommitOps", "CommitRules", "Conflict", "Stale", "settle"]
 
@@ -74,6 +75,19 @@ def settle(backend: Backend, op: CommitOp, outcome: object) -> object:
         raise refused(backend, op.id, outcome.newest, op.token)
     return outcome
 
+
+
+def commit_token(id: str, fence: Fence | None, release: bool) -> int:
+    """The fence token of a ``commit_turn`` of session ``id`` (0: unfenced), after checking
+    the id, the fence, and that ``release`` comes with a fence."""
+    validate_session_id(id)
+    token = fence_token_of(fence, id)
+    if release and not token:
+        raise ConfigError(
+            f"commit_turn(release=True) of session {id!r} needs the fence its lease was "
+            "acquired under (fence=Fence(id, token))"
+        )
+    return token
 
 class CommitRules:
     """``commit_turn`` of a combined store over the primitive in ``_commits``."""
