@@ -10,7 +10,7 @@ leaves its loop after that seq and attaches again with it; with ``LOUSHO_TEST_AN
 ``LOUSHO_TEST_CHUNKS``) its model streams that answer when it takes the turn over. ``drive``
 starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then each event
 it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there;
-with ``LOUSHO_TEST_GO_ON_CONT`` it goes on once SIGSTOPped and continued, then prints
+with ``LOUSHO_TEST_GO_FILE`` it goes on once that file exists, then prints
 ``{"end": ..., "result"|"error": ...}``; ``LOUSHO_TEST_LEASE_TTL_S`` sets its lease's TTL,
 ``LOUSHO_TEST_HOST`` the host its lease owner names).
 """
@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,7 @@ class GatedProvider:
         self.calls = 0
         self.reached = threading.Event()
         self.pace_s = pace_s  # a pause before each piece (the storm's slow model)
-        self.go_on_after_stop = False
+        self.go_file: Path | None = None
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
         self.calls += 1
@@ -71,13 +70,10 @@ class GatedProvider:
         for i, piece in enumerate(self.pieces):
             if first and i == self.hold_after:
                 self.reached.set()
-                last = time.monotonic()
                 while not self.gate.wait(0.05):
                     signal.raise_if_aborted()
-                    now = time.monotonic()
-                    if self.go_on_after_stop and now - last > 1.0:
-                        break  # the process was stopped (SIGSTOP) and continued: go on
-                    last = now
+                    if self.go_file is not None and self.go_file.exists():
+                        break  # the parent says go on (it SIGSTOPped and continued us)
             if self.pace_s and signal.wait(self.pace_s):
                 signal.raise_if_aborted()
             signal.raise_if_aborted()
@@ -140,7 +136,8 @@ def main() -> None:
             from lousho_sync.stores import _lease
 
             _lease.HOST = os.environ["LOUSHO_TEST_HOST"]
-        provider.go_on_after_stop = bool(os.environ.get("LOUSHO_TEST_GO_ON_CONT"))
+        if os.environ.get("LOUSHO_TEST_GO_FILE"):
+            provider.go_file = Path(os.environ["LOUSHO_TEST_GO_FILE"])
         ttl = os.environ.get("LOUSHO_TEST_LEASE_TTL_S")
         session = create_agent(provider=provider, store=store).session(
             id=sid, lease_ttl_s=float(ttl) if ttl else None)

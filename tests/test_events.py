@@ -413,7 +413,8 @@ def lose_the_lease_and_take_over(kind: str, root: Path, *, host: str | None = No
     reader in another process that takes the turn over once the lease expired; a stopped
     driver is then continued and goes on. (The driver's lines after it went on, the
     reader's.)"""
-    env = {"LOUSHO_TEST_LEASE_TTL_S": "1", "LOUSHO_TEST_GO_ON_CONT": "1"}
+    go = root / "go-on"
+    env = {"LOUSHO_TEST_LEASE_TTL_S": "1", "LOUSHO_TEST_GO_FILE": str(go)}
     if kind == "postgres":  # a stopped client's open transaction keeps its row locks until
         # the server ends it: the deployment's idle_in_transaction_session_timeout does
         url = os.environ["LOUSHO_TEST_POSTGRES_URL"]
@@ -438,6 +439,7 @@ def lose_the_lease_and_take_over(kind: str, root: Path, *, host: str | None = No
         lines = finish(reader)  # the turn was taken over and finished
         if host is not None:
             return [], lines
+        go.touch()
         os.kill(driver.proc.pid, signal.SIGCONT)
         rest = []
         while True:
