@@ -365,16 +365,17 @@ class SessionTurn:
             return hold.acquire(wait=False), None, msgs
         except SessionBusyError:
             pass
-        mail_id: str | None = None
         if self._policy == "rollback":
-            mailbox.post_abort(mail, self._p.id, "rollback", None)
-        else:
-            mail_id = mailbox.mail_key()
-            msgs = idem.claim(msgs, mail_id)
-            mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
-                               mail_id=mail_id, poster=hold.owner)
-            return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
-        return hold.acquire(wait=True, signal=control.signal), mail_id, msgs
+            abort_id = mailbox.post_abort(mail, self._p.id, "rollback", None)
+            try:
+                return hold.acquire(wait=True, signal=control.signal), None, msgs
+            finally:  # the turn it was for is over: never let it stop this call's own turn
+                _quiet_drop(mail, abort_id, self._p.id)
+        mail_id = mailbox.mail_key()
+        msgs = idem.claim(msgs, mail_id)
+        mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
+                           mail_id=mail_id, poster=hold.owner)
+        return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
 
     def _wait_in_line(self, mail: MailOps, hold: LeaseHold, control: TurnControl,
                       mail_id: str) -> bool:
