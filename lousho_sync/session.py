@@ -45,7 +45,7 @@ from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
 from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
-from .turns import SessionTurn, drive
+from .turns import SessionTurn, drive, keyed_turn, note_keyed
 
 __all__ = ["Session", "TurnPolicy", "check_attach_args", "new_session_id", "validate_session_id"]
 
@@ -171,10 +171,11 @@ class Session:
 
         With ``idempotency_key`` (a non-empty str of at most 200 characters), a second call
         with the same key within ``idempotency_ttl_s`` (any process sharing the store) runs
-        no second turn: it waits for the running turn that used the key, then returns that
-        turn's committed result from the store (``result.replayed``). A turn that failed
-        without progress frees its key. A keyed call waits for a running turn under every
-        policy but ``"reject"``.
+        no second turn: while the turn that used the key runs, it attaches to it (its events
+        and its result, read from the event log); once that turn is committed it returns its
+        result from the store (``result.replayed`` either way). A turn that failed without
+        progress frees its key. A keyed call waits for another key's running turn under
+        every policy but ``"reject"``.
         """
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         driver, _, _ = self._start(_messages_of(input), signal, approve, driven=True, key=key)
@@ -186,7 +187,9 @@ class Session:
         idempotency_key: str | None = None,
     ) -> AgentRun:
         """The same turn as an :class:`AgentRun`; it joins the queue now
-        (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
+        (``idempotency_key``: as for :meth:`send`; a run attached to its key's running turn
+        yields that turn's events, with its ``turn_id`` and seqs; a replayed one only
+        ``run.done``)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         driver, control, discard = self._start(_messages_of(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
@@ -199,14 +202,20 @@ class Session:
         thread whether or not anyone reads it; its events go to the store's event log.
         Iterating the run reads them live (leaving the loop does not abort the turn);
         ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it.
-        ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
+        ``idempotency_key``: as for :meth:`send` (while the key's turn runs, the handle is
+        attached to it and ``run.turn_id`` is that turn's; a replayed run ends at once)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
+        running = None if key is None else keyed_turn(log, self._id, key)
+        if running is not None:  # a retry while the key's turn runs: attach to it
+            return self._attached(log, running.turn_id, -1, takeover=True, replay=True)
         driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
-                                               key=key)
+                                               key=key, detached=True)
         control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
+        if key is not None:
+            note_keyed(self._id, key, control)
         return StartedRun(inner, log, publisher)
 
     def attach(
@@ -230,9 +239,14 @@ class Session:
                 f"ended more than event_ttl_s={self.event_ttl_s:g} s ago)",
                 turn_id=turn_id, session_id=self._id,
             )
-        return AttachedRun(log, head.turn_id, after,
+        return self._attached(log, head.turn_id, after, takeover=takeover)
+
+    def _attached(self, log: EventLog, turn_id: str, after: int, *, takeover: bool,
+                  replay: bool = False) -> AttachedRun:
+        return AttachedRun(log, turn_id, after,
                            idle=self._take_over_watch() if takeover else None,
-                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid))
+                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid),
+                           replay=replay)
 
     def _take_over_watch(self) -> Callable[[TurnHead], bool]:
         """A reader's check, each time its turn was quiet for a while: when the turn's driver
@@ -377,6 +391,7 @@ class Session:
         *,
         driven: bool = False,
         key: str | None = None,
+        detached: bool = False,
     ) -> tuple[DriverFactory, TurnControl, Callable[[], None] | None]:
         """The turn policy's decision on ``msgs``: a driver that joins the running turn,
         or a new :class:`SessionTurn` queued now (``driven``: by this caller, at once)."""
@@ -410,15 +425,22 @@ class Session:
             ticket = (Ticket(next(st.seq), Turn(control), caller=None, started=True) if driven
                       else Ticket(next(st.seq), Turn(control)))
             st.waiting.append(ticket)
-        return self._turn(ticket, msgs, signal, approve).run, control, lambda: st.cancel(ticket)
+        # a keyed turn writes its events to the event log (a retry of its key attaches to
+        # it); a detached one does so already
+        log = self._event_log() if key is not None and not detached else None
+        if log is not None:
+            control.logged = True  # its commit records its id (see _committed)
+        return (self._turn(ticket, msgs, signal, approve, log).run, control,
+                lambda: st.cancel(ticket))
 
     def _turn(
         self, ticket: Ticket, msgs: tuple[Message, ...], signal: Signal | None,
-        approve: ApproveCallback | None,
+        approve: ApproveCallback | None, log: EventLog | None = None,
     ) -> SessionTurn:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
                            limits=self.limits, wait_for_lease=self.turn_policy != "reject",
-                           idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy)
+                           idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy,
+                           log=log)
 
     def _join_driver(
         self,
