@@ -225,9 +225,10 @@ class Session:
         until the turn ends (``run.done``) or pauses (``approval.requested``), from any
         process that shares the store. ``turn_id`` None: the session's latest turn.
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
-        or never existed. ``takeover``: when the turn's driving process dies, this process
-        resumes the turn from its checkpoint and drives it (its events go on, after a
-        ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
+        or never existed. ``takeover``: when the turn's driving process dies, or no longer
+        holds the session's lease (stopped past it, or on another host and gone), this
+        process resumes the turn from its checkpoint and drives it (its events go on, after
+        a ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
         check_attach_args(turn_id, after)
         log = self._event_log()
         head = log.latest(self._id) if turn_id is None else log.head(turn_id)
@@ -243,15 +244,46 @@ class Session:
     def _attached(self, log: EventLog, turn_id: str, after: int, *, takeover: bool,
                   replay: bool = False) -> AttachedRun:
         return AttachedRun(log, turn_id, after,
-                           idle=self._take_over_if_dead if takeover else None,
+                           idle=self._take_over_watch() if takeover else None,
                            abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid),
                            replay=replay)
 
-    def _take_over_if_dead(self, head: TurnHead) -> bool:
-        if head.status == "running" and owner_is_dead(head.owner):
-            take_over(head, self._event_log(), self._state.owner, self._resume_driver,
-                      self._committed)
-        return False  # the reader reads on: the events come through the log
+    def _take_over_watch(self) -> Callable[[TurnHead], bool]:
+        """A reader's check, each time its turn was quiet for a while: when the turn's driver
+        died (its process is gone from this host) or no longer holds the session's lease
+        (it expired: the driver was stopped past it, or ran on another host and stopped
+        renewing it — seen at two checks in a row, so a turn between its lease's release
+        and its last event is left alone), take the turn over."""
+        lapsed: set[str] = set()
+
+        def check(head: TurnHead) -> bool:
+            if head.status != "running":
+                return False
+            if owner_is_dead(head.owner) or self._lease_lapsed(head.owner, lapsed):
+                take_over(head, self._event_log(), self._state.owner, self._resume_driver,
+                          self._committed)
+            return False  # the reader reads on: the events come through the log
+
+        return check
+
+    def _lease_lapsed(self, owner: str, lapsed: set[str]) -> bool:
+        leasable = self._state.leasable
+        if owner == self._state.owner or leasable is None:
+            return False
+        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay
+            held = leasable.lease_held(self._id)
+        else:  # a store without the query: try the lease under a throwaway owner
+            probe = make_owner()
+            held = not leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0)
+            if not held:
+                leasable.release_lease(self._id, owner=probe)
+        if held:
+            lapsed.discard(owner)
+            return False
+        if owner in lapsed:
+            return True
+        lapsed.add(owner)
+        return False
 
     def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
         control = TurnControl()
