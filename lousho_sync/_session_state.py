@@ -36,6 +36,7 @@ from .stores.base import (
     Leased,
     Revisioned,
     SessionStore,
+    capabilities_of,
 )
 
 __all__ = [
@@ -112,11 +113,14 @@ class SessionState:
         self.awaiting: str | None = None
         self.owner = make_owner()
         self.seq = itertools.count()
-        # capabilities, checked once (a Protocol isinstance check is slow)
-        self.leasable: Leased | None = store if isinstance(store, Leased) else None
+        # what the store declares it offers, read once
+        caps = capabilities_of(store)
+        self.leasable: Leased | None = store if caps.lease else None  # type: ignore[assignment]
         self.leased = self.leasable is not None
-        self.appendable: Appendable | None = store if isinstance(store, Appendable) else None
-        self.revisioned: Revisioned | None = store if isinstance(store, Revisioned) else None
+        self.appendable: Appendable | None = (
+            store if caps.append else None)  # type: ignore[assignment]
+        self.revisioned: Revisioned | None = (
+            store if caps.revision else None)  # type: ignore[assignment]
         self.has_revision = self.revisioned is not None
         self.listeners: list[Callable[[ListenerEvent], object]] = []
         self.event_seq = itertools.count()

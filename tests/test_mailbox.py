@@ -16,7 +16,7 @@ from crash_child import make_store
 from lousho_sync import ScriptedProvider, create_agent
 
 HERE = Path(__file__).resolve().parent
-MAILBOX_KINDS = ["sqlite", "files", "redis", "postgres"]  # the stores with a mailbox of their own
+MAILBOX_KINDS = ["sqlite", "files", "redis", "postgres", "encrypted-sqlite"]  # with a mailbox
 
 
 def _spawn(role: str, kind: str, root: Path) -> subprocess.Popen[str]:

@@ -89,7 +89,7 @@ from ._expiry import expire_due
 from ._file_events import FileEventOps
 from ._file_mail import FileMailOps
 from ._lease import make_owner, poll_until
-from .base import Fence, now
+from .base import Fence, StoreCapabilities, now
 from .storage import (
     DEFAULT_LOCK_TIMEOUT_S,
     EncryptionMark,
@@ -240,6 +240,11 @@ def _doc(body: str, history_length: int) -> bytes:
     return f'{{"v":{FORMAT_VERSION},"messages":{body}{tail}}}'.encode()
 
 
+_SESSIONS = StoreCapabilities(lease=True, append=True, revision=True, catalog=True,
+                              events=True, mailbox=True)
+_STORE = attrs.evolve(_SESSIONS, prune=True)
+
+
 class FileSessionStore:
     """Transcripts as ``<dir>/<id>.json``, with the catalog (times, metadata, history) in
     the sidecars ``<id>.meta.json`` and ``<id>.history.json`` (the layout is in the module
@@ -265,6 +270,12 @@ class FileSessionStore:
     Thread-safe: file locks exclude threads too; ``_leases_lock`` guards the in-memory
     lease table (owner, file lock, expiry per id).
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The lease (an OS file lock; writes take no fence), append, revision, the
+        catalog, the event log and the mailbox."""
+        return _SESSIONS
 
     def __init__(
         self, dir: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
@@ -862,6 +873,11 @@ class FileStore:
     """The three file stores under one directory, usable as an agent's ``store``:
     ``<root>/sessions`` (FileSessionStore) and ``<root>/state`` (a FileStorage holding the
     checkpoints and approvals). Adds ``prune``."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Its sessions' capabilities and ``prune`` (no fencing, no ``commit_turn``)."""
+        return _STORE
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)

@@ -15,7 +15,7 @@ from ..errors import SessionExistsError, StoreConflictError
 from ..ids import check_storable_text
 from ..messages import Message
 from ..records import now
-from .base import AgentStore, ApprovalRecord, Checkpoint, Fence, resolved
+from .base import AgentStore, ApprovalRecord, Checkpoint, Fence, StoreCapabilities, resolved
 
 __all__ = [
     "InMemoryApprovalStore",
@@ -25,12 +25,21 @@ __all__ = [
 ]
 
 
+_SESSIONS = StoreCapabilities(append=True, revision=True, catalog=True)
+_PART = StoreCapabilities()
+
+
 class MemorySessionStore:
     """Transcripts in a dict, with the session catalog (metadata, times, the messages
     compaction replaced). Thread-safe (one lock guards the dicts).
 
     ``append`` is O(turn): the stored list grows in place.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Append, revision and the catalog, in this process."""
+        return _SESSIONS
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -201,6 +210,11 @@ class MemorySessionStore:
 class MemoryCheckpointStore:
     """Checkpoints in a dict (kept as the immutable objects). Thread-safe."""
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Nothing beyond the protocol (no fencing)."""
+        return _PART
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._data: dict[str, Checkpoint] = {}
@@ -227,6 +241,11 @@ class MemoryCheckpointStore:
 
 class InMemoryApprovalStore:
     """Approval records in a dict; ``resolve`` is atomic under one lock."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Nothing beyond the protocol (no fencing)."""
+        return _PART
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
