@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
 from lousho_sync.errors import RunConsumedError, RunTimeoutError
@@ -15,7 +16,7 @@ from lousho_sync.run import AgentRun
 
 from . import _bridge
 
-__all__ = ["AsyncAgentRun"]
+__all__ = ["AsyncAgentRun", "DeferredRun"]
 
 
 class AsyncAgentRun:
@@ -150,3 +151,77 @@ class _Reader:
 
     def __del__(self) -> None:
         self._pump.left()
+
+
+class DeferredRun(AgentRun):
+    """A sync run made by ``make`` the first time it is needed, in the thread that needs it
+    (the pool, for ``async for`` and ``await result()``): ``AsyncSession.attach`` reads the
+    store there, never on the event loop. Errors of ``make`` (``TurnNotFoundError``) are
+    raised where the run is first read, and again on each later use."""
+
+    def __init__(self, make: Callable[[], AgentRun], turn_id: str | None) -> None:
+        # AgentRun's own state is not used: this handle drives nothing.
+        self._make = make
+        self._given = turn_id
+        self._made: AgentRun | None = None
+        self._make_lock = threading.Lock()
+
+    def _get(self) -> AgentRun:
+        with self._make_lock:
+            if self._made is None:
+                self._made = self._make()
+            return self._made
+
+    def resolve(self) -> None:
+        """Make the run now (blocking: call it in the pool); raises what ``make`` raises."""
+        self._get()
+
+    @property
+    def run_id(self) -> str:
+        """The turn's id (read from the store first when it was not given)."""
+        if self._made is None and self._given is not None:
+            return self._given
+        return self._get().run_id
+
+    @property
+    def turn_id(self) -> str:
+        """The turn's id (read from the store first when it was not given)."""
+        return self.run_id
+
+    @property
+    def detached(self) -> bool:
+        """True: leaving this run's loop leaves the turn running."""
+        return True
+
+    @property
+    def done(self) -> bool:
+        """True once the run was read and its turn ended."""
+        return self._made is not None and self._made.done
+
+    def __iter__(self) -> Generator[Any, None, None]:
+        yield from self._get()
+
+    def result(self, timeout: float | None = None) -> ExecutionResult:
+        """The made run's result (see ``AgentRun.result``)."""
+        return self._get().result(timeout)
+
+    def abort(self, reason: object = None) -> None:
+        """Abort the turn when this process drives it."""
+        self._get().abort(reason)
+
+    def enqueue(self, input: InputLike) -> bool:
+        """See ``AgentRun.enqueue``."""
+        return self._get().enqueue(input)
+
+    def steer(self, input: InputLike) -> bool:
+        """See ``AgentRun.steer``."""
+        return self._get().steer(input)
+
+    def leave(self) -> None:
+        """Nothing to do: leaving a reader's loop never aborts a detached turn."""
+
+    def __del__(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<DeferredRun {self._given or '(latest turn)'}>"

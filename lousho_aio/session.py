@@ -11,12 +11,12 @@ from lousho_sync.limits import Limits
 from lousho_sync.messages import Message
 from lousho_sync.results import ExecutionResult, PendingTurn, TurnInfo
 from lousho_sync.run import AgentRun
-from lousho_sync.session import Session, TurnPolicy
+from lousho_sync.session import Session, TurnPolicy, check_attach_args
 from lousho_sync.signal import Signal
 from lousho_sync.stores.base import ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore
 
 from . import _bridge
-from .run import AsyncAgentRun
+from .run import AsyncAgentRun, DeferredRun
 
 __all__ = ["AsyncApproveCallback", "AsyncSession"]
 
@@ -148,8 +148,13 @@ class AsyncSession:
         self, turn_id: str | None = None, *, after: int = -1, takeover: bool = True
     ) -> AsyncAgentRun:
         """A read-only run of a detached turn's events with ``seq > after`` (see
-        ``Session.attach``, also for ``takeover``); ``async for`` it."""
-        return AsyncAgentRun(self._session.attach(turn_id, after=after, takeover=takeover))
+        ``Session.attach``, also for ``takeover``); ``async for`` it. The store is read in
+        the pool when the run is first read (``TurnNotFoundError`` is raised there), never
+        on the event loop."""
+        check_attach_args(turn_id, after)
+        session = self._session
+        return AsyncAgentRun(DeferredRun(
+            lambda: session.attach(turn_id, after=after, takeover=takeover), turn_id))
 
     async def abort_turn(self, reason: object = None, *, turn_id: str | None = None) -> bool:
         """Abort the running (or named) turn from any process (see ``Session.abort_turn``)."""

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
+from lousho_sync.errors import LoushoError
 from lousho_sync.events import RunEvent
 from lousho_sync.sse import (
     CONTENT_TYPE,
@@ -26,7 +27,11 @@ from lousho_sync.sse import (
     parse_last_event_id,
     sse_frame,
     ui_frame,
+    unknown_turn,
 )
+
+from . import _bridge
+from .run import AsyncAgentRun, DeferredRun
 
 __all__ = [
     "CONTENT_TYPE",
@@ -98,8 +103,9 @@ async def paced(
 
 async def _frames(
     events: AsyncIterable[RunEvent], heartbeat_s: float | None, retry_ms: int,
-    turn_id: str | None,
+    turn_id: str | None, last_event_id: str | None = None,
 ) -> AsyncIterator[str]:
+    await _read_store(events, last_event_id, turn_id)
     yield f"retry: {retry_ms}\n\n"
     async for event in paced(events, heartbeat_s):
         if event is None:
@@ -122,8 +128,10 @@ def ui_message_frames(
 
 
 async def _ui_frames(
-    events: AsyncIterable[RunEvent], heartbeat_s: float | None, turn_id: str | None
+    events: AsyncIterable[RunEvent], heartbeat_s: float | None, turn_id: str | None,
+    last_event_id: str | None = None,
 ) -> AsyncIterator[str]:
+    await _read_store(events, last_event_id, turn_id)
     parts = UIMessageParts()
     async for event in paced(events, heartbeat_s):
         if event is None:
@@ -154,10 +162,12 @@ def sse_stream(
     retry_ms: int = 2000,
 ) -> AsyncIterator[str]:
     """The frames of :func:`lousho_sync.sse.sse_stream`, asynchronously (``async for``). A bad
-    or foreign ``last_event_id`` raises ``InvalidEventIdError`` here, before any frame."""
+    ``last_event_id`` raises ``InvalidEventIdError`` here; one naming a turn the session does
+    not have raises it when the first frame is asked for, before any frame (the store is
+    read in the pool, never on the event loop)."""
     check_stream_args(heartbeat_s, retry_ms)
     events, expected = attach_for(session.attach, last_event_id, turn_id)
-    return _frames(events, heartbeat_s, retry_ms, expected)
+    return _frames(events, heartbeat_s, retry_ms, expected, last_event_id)
 
 
 def ui_message_stream(
@@ -170,4 +180,19 @@ def ui_message_stream(
     """The frames of :func:`lousho_sync.sse.ui_message_stream`, asynchronously."""
     check_stream_args(heartbeat_s, 0)
     events, expected = attach_for(session.attach, last_event_id, turn_id)
-    return _ui_frames(events, heartbeat_s, expected)
+    return _ui_frames(events, heartbeat_s, expected, last_event_id)
+
+
+async def _read_store(
+    events: AsyncIterable[RunEvent], last_event_id: str | None, found: str | None
+) -> None:
+    """An ``AsyncSession.attach`` run reads the store in the pool first, before any frame:
+    a ``last_event_id`` naming a turn the session does not have raises
+    ``InvalidEventIdError`` there (``TurnNotFoundError`` without one)."""
+    if isinstance(events, AsyncAgentRun) and isinstance(events.sync, DeferredRun):
+        try:
+            await _bridge.call(events.sync.resolve)
+        except LoushoError as exc:
+            if last_event_id is None or found is None or exc.code != "LOUSHO_TURN_NOT_FOUND":
+                raise
+            raise unknown_turn(last_event_id, found) from exc

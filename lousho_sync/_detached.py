@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import attrs
 
-from ._eventlog import EventLog, Publisher
+from ._eventlog import EventLog, Publisher, spawn
 from .errors import LoushoError, RunConsumedError, RunTimeoutError
 from .events import Event, RunDone, RunEvent, RunFailed, StepReset, TextDelta
 from .inputs import InputLike
@@ -78,6 +78,10 @@ class _LogReader(AgentRun):
         return self._events()
 
     def _events(self) -> Generator[Event, None, None]:
+        local = local_run(self._turn_id)
+        if local is not None:  # driven here: its events as objects, at once
+            yield from local._publisher.follow(self._after)
+            return
         yield from self._log_.follow(self._turn_id, self._after, idle=self._idle)
 
     def _idle(self, head: TurnHead) -> bool:
@@ -142,9 +146,7 @@ class StartedRun(_LogReader):
         self._error: BaseException | None = None
         with _running_lock:
             _running[inner.run_id] = self
-        self._thread = threading.Thread(target=self._drive, daemon=True,
-                                        name=f"lousho-turn-{inner.run_id[:8]}")
-        self._thread.start()
+        spawn(self._drive, f"lousho-turn-{inner.run_id[:8]}")
 
     def _drive(self) -> None:
         publisher = self._publisher
@@ -156,7 +158,7 @@ class StartedRun(_LogReader):
                          exc_info=True)
             self._error = exc
         finally:
-            publisher.flush()
+            publisher.close()
             try:
                 self._result = self._inner.result()
             except BaseException as exc:
@@ -191,20 +193,21 @@ class StartedRun(_LogReader):
         return self._inner.steer(input)
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the background thread; True when it ended."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Wait for the background thread's turn; True when it ended."""
+        return self._ended.wait(timeout)
 
 
 class AttachedRun(_LogReader):
-    """The read-only handle ``Session.attach()`` returns. ``abort``/``enqueue``/``steer``
-    reach the turn when this process drives it (else ``enqueue``/``steer`` return False and
-    ``abort`` does nothing)."""
+    """The read-only handle ``Session.attach()`` returns. ``abort`` reaches the turn in
+    any process (as ``Session.abort_turn(turn_id=...)``); ``enqueue``/``steer`` reach it
+    when this process drives it (else they return False)."""
 
     def __init__(self, log: EventLog, turn_id: str, after: int,
-                 idle: Callable[[TurnHead], bool] | None = None) -> None:
+                 idle: Callable[[TurnHead], bool] | None = None,
+                 abort_turn: Callable[[object, str], object] | None = None) -> None:
         super().__init__(log, turn_id, after)
         self._on_idle = idle
+        self._abort_turn = abort_turn
 
     def _idle(self, head: TurnHead) -> bool:
         return self._on_idle is not None and self._on_idle(head)
@@ -226,10 +229,14 @@ class AttachedRun(_LogReader):
         return self._end_from_log(timeout)
 
     def abort(self, reason: object = None) -> None:
-        """Abort the turn when this process drives it."""
+        """Abort the turn, whichever process drives it (the transcript stays as it was);
+        another process's turn is asked through the session's mailbox, as
+        ``Session.abort_turn(turn_id=...)`` does. Does nothing once the turn ended."""
         local = local_run(self._turn_id)
         if local is not None:
             local.abort(reason)
+        elif self._abort_turn is not None:
+            self._abort_turn(reason, self._turn_id)
 
     def enqueue(self, input: InputLike) -> bool:
         """Add input to the turn when this process drives it; else False."""
@@ -320,6 +327,6 @@ def _take_over(
         publish(RunDone(run_id=turn_id, seq=0, finish_reason="error", result=None))
     finally:
         if publisher is not None:
-            publisher.flush()
+            publisher.close()
         with _running_lock:
             _taking.discard(turn_id)

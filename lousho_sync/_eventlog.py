@@ -19,9 +19,11 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from . import errors as _errors
@@ -47,7 +49,7 @@ from .events import (
 from .ids import is_session_id
 from .stores._events import EVENT_TTL_S, EventOps, TurnHead, TurnStatus, now
 
-__all__ = ["EventLog", "Publisher", "decode", "encode"]
+__all__ = ["EventLog", "Publisher", "decode", "encode", "spawn"]
 
 _log = logging.getLogger(__name__)
 
@@ -82,8 +84,15 @@ def _error_of(d: dict[str, Any]) -> BaseException:
     return LoushoError(f"{name}: {message}")
 
 
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_DELTA = '{"type":"text.delta","text":'
+"""How the row of a text delta starts (the commonest row: encoded and read without a dict)."""
+
+
 def encode(event: RunEvent) -> str:
     """The JSON row of a run event (without its seq and turn id, which the row holds)."""
+    if type(event) is TextDelta:  # what json.dumps makes of {"type": ..., "text": ...}
+        return _DELTA + encode_basestring_ascii(event.text) + "}"
     d: dict[str, Any] = {"type": event.type}
     if isinstance(event, TextDelta):
         d["text"] = event.text
@@ -112,6 +121,14 @@ def encode(event: RunEvent) -> str:
 
 def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
     """The event of a row; StoreCorruptError for a row this release cannot read."""
+    if type(text) is str and text.startswith(_DELTA) and text.endswith('"}'):
+        try:
+            delta, end = _scanstring(text, len(_DELTA) + 1)
+        except ValueError:
+            pass  # read below, which says what is wrong
+        else:
+            if end == len(text) - 1:
+                return TextDelta(run_id=turn_id, seq=seq, text=delta)
     try:
         d = json.loads(text)
         kind = d["type"]
@@ -153,6 +170,56 @@ def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
     raise StoreCorruptError(
         f"event {turn_id}:{seq} in the event log has an unknown type {kind!r} (written by a "
         "newer release?)")
+
+
+# --- threads ------------------------------------------------------------------------------------
+_IDLE_S = 10.0
+"""How long a finished worker thread waits for the next task before it ends."""
+
+
+class _Worker:
+    """A daemon thread that runs tasks handed to it, one at a time, and waits ``_IDLE_S``
+    for the next one (so a turn's driver and writer start without a thread start of their
+    own: handing a task over does not wait for the thread to be scheduled)."""
+
+    def __init__(self, task: Callable[[], None], name: str) -> None:
+        self.tasks: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
+        self.tasks.put((task, name))
+        threading.Thread(target=self._run, daemon=True, name=name).start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            try:
+                task, name = self.tasks.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with _workers_lock:
+                    if self in _idle:
+                        _idle.remove(self)
+                        return
+                task, name = self.tasks.get()  # taken from the idle list: its task comes
+            me.name = name
+            try:
+                task()
+            except BaseException:  # pragma: no cover - tasks handle their own errors
+                _log.warning("a background task of the event log failed", exc_info=True)
+            me.name = "lousho-idle"
+            with _workers_lock:
+                _idle.append(self)
+
+
+_idle: list[_Worker] = []
+_workers_lock = threading.Lock()
+
+
+def spawn(task: Callable[[], None], name: str) -> None:
+    """Run ``task`` in a daemon thread (an idle one of this module's, else a new one)."""
+    with _workers_lock:
+        worker = _idle.pop() if _idle else None
+    if worker is None:
+        _Worker(task, name)
+    else:
+        worker.tasks.put((task, name))
 
 
 # --- the log -------------------------------------------------------------------------------------
@@ -222,7 +289,7 @@ class EventLog:
         while True:
             rows = ops.read(turn_id, after, _READ_BATCH)
             for seq, text in rows:
-                event = decode(text, turn_id, seq)
+                event = _event_of(text, turn_id, seq)
                 after = seq
                 yield event
                 if isinstance(event, RunDone):
@@ -253,71 +320,201 @@ class EventLog:
 
 
 class Publisher:
-    """Writes one turn's events to the log, coalescing text deltas (see the module).
-    Thread-safe; a write that fails is logged and retried with the next one."""
+    """Writes one turn's events to the log, coalescing text deltas (see the module), and
+    hands them to readers in this process as objects (:meth:`follow`), at once and without
+    JSON. The writes are made by a thread of the publisher's own, so the turn never waits
+    for the store. Thread-safe; a write that fails is logged and retried with the next one.
+    When the log says another owner took the turn over (``EventOps.append`` returned
+    False), nothing more is written (:attr:`superseded`)."""
 
     def __init__(self, log: EventLog, head: TurnHead) -> None:
         self._log = log
         self.turn_id = head.turn_id
         self.owner = head.owner
-        self._lock = threading.Lock()
-        self._rows: list[tuple[int, str]] = []
+        self._objects = bool(getattr(log.ops, "holds_events", False))
+        self._lock = threading.Lock()  # guards everything below but the writing itself
+        self._readable = threading.Condition(self._lock)  # local readers wait on it
+        self._writable = threading.Condition(self._lock)  # the writer thread waits on it
+        self._write_lock = threading.Lock()  # one write at a time, in order
+        self._local: list[Any] = []  # the events published (readers here; the writer)
+        self._dropped = 0  # how many were dropped from the front of ``_local``
+        self._unwritten = 0  # the position (counting dropped ones) of the first unwritten
+        self._told = False  # the writer knows there is something to write
+        self._urgent = False  # an unwritten event that is not a text delta
+        self._wanted = False  # a local reader waits for the next event
+        self._writer_waits = False
+        self._closed = False
+        self._writer: threading.Event | None = None  # set when the writer's task ended
         self._last_write = 0.0
-        self._timer: threading.Timer | None = None
         self._status: TurnStatus = "running"
         self._ended: float | None = None
         self._written = 0
+        self.superseded = False
         self.writes = 0
 
     def publish(self, event: RunEvent) -> None:
-        """Add ``event`` to the log (a text delta within ``interval_s`` of the last write
-        waits for the next write)."""
-        row = (event.seq, encode(event))
+        """Add ``event`` to the log: readers in this process have it at once; it is written
+        by the publisher's thread at once, or, a text delta within ``interval_s`` of the
+        last write, with the next write."""
+        # The common case takes no lock: appending to a list and reading a flag are atomic,
+        # and a local reader (``follow``) and the writer (``_write_loop``) look at the list
+        # again after setting their flag, so nothing appended here goes unnoticed.
+        self._local.append(event)
+        if self._wanted:
+            with self._lock:
+                self._wanted = False
+                self._readable.notify_all()
+        if type(event) is TextDelta and self._told:
+            return  # the writer takes it with what it was told of
         with self._lock:
-            self._rows.append(row)
-            if isinstance(event, TextDelta):
-                wait = self._last_write + self._log.interval_s - time.monotonic()
-                if wait > 0:
-                    if self._timer is None:
-                        self._timer = threading.Timer(wait, self._flush_later)
-                        self._timer.daemon = True
-                        self._timer.start()
-                    return
-            elif isinstance(event, RunDone):
-                self._status = "paused" if event.finish_reason == "awaiting-approval" else "done"
-                self._ended = now()
-            self._flush_locked()
+            if type(event) is not TextDelta:
+                if isinstance(event, RunDone):
+                    self._status = ("paused" if event.finish_reason == "awaiting-approval"
+                                    else "done")
+                    self._ended = now()
+                self._urgent = True
+            if self.superseded or self._closed:
+                return
+            self._told = True
+            if self._writer is None:
+                self._writer = threading.Event()
+                spawn(self._write_loop, f"lousho-events-{self.turn_id[:8]}")
+            elif self._writer_waits:
+                self._writable.notify()
 
-    def _flush_later(self) -> None:
-        with self._lock:
-            self._timer = None
-            self._flush_locked()
-
-    def flush(self) -> None:
-        """Write what waits."""
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._rows:
-            return
-        rows = self._rows
+    def _write_loop(self) -> None:
+        """The publisher's thread: write what waits, when it is due."""
         try:
-            self._log.ops.append(self.turn_id, rows, owner=self.owner, status=self._status,
-                                 ended_at=self._ended)
-        except Exception:
-            _log.warning("could not write %d event(s) of turn %s to the event log; retried "
-                         "with the next write", len(rows), self.turn_id, exc_info=True)
-            return
-        self._rows = []
-        self._last_write = time.monotonic()
-        self.writes += 1
-        self._written += len(rows)
-        if self._written > self._log.max_rows and self._ended is None:
-            self._bound()
+            self._write_until_closed()
+        finally:
+            assert self._writer is not None
+            self._writer.set()
+
+    def _write_until_closed(self) -> None:
+        interval = self._log.interval_s
+        while True:
+            with self._lock:
+                while True:
+                    if self._dropped + len(self._local) > self._unwritten:
+                        if self._urgent or self._closed:
+                            break
+                        due = self._last_write + interval - time.monotonic()
+                        if due <= 0:
+                            break
+                        timeout: float | None = due
+                    elif self._closed:
+                        return
+                    else:
+                        timeout = None
+                    self._writer_waits = True
+                    try:
+                        self._writable.wait(timeout)
+                    finally:
+                        self._writer_waits = False
+                closed = self._closed
+            if not self.flush() and closed:
+                return  # the store is away: close() tries once more
+
+    def flush(self) -> bool:
+        """Write what waits, now, in the calling thread; False when the write failed."""
+        with self._write_lock:
+            with self._lock:
+                if self.superseded:
+                    return True
+                start = self._unwritten
+                events = self._local[start - self._dropped:]
+                self._unwritten = start + len(events)
+                self._told = self._urgent = False
+                status, ended = self._status, self._ended
+            if not events:
+                return True
+            if self._objects:
+                rows: list[tuple[int, Any]] = [(e.seq, e) for e in events]
+            else:
+                rows = [(e.seq, encode(e)) for e in events]
+            try:
+                ok = self._log.ops.append(self.turn_id, rows, owner=self.owner,
+                                          status=status, ended_at=ended)
+            except Exception:
+                _log.warning("could not write %d event(s) of turn %s to the event log; "
+                             "retried with the next write", len(rows), self.turn_id,
+                             exc_info=True)
+                with self._lock:
+                    self._unwritten = start
+                    self._told = True
+                    self._last_write = time.monotonic()  # retried one interval later
+                return False
+            with self._lock:
+                self._last_write = time.monotonic()
+                if ok is False:
+                    self.superseded = True
+                    self._readable.notify_all()
+                    _log.info("turn %s was taken over by another process: this one writes "
+                              "no more of its events", self.turn_id)
+                    return True
+                local = self._local
+                if len(local) > self._log.max_rows:  # readers that far behind read the log
+                    drop = min(len(local) // 2, self._unwritten - self._dropped)
+                    del local[:drop]
+                    self._dropped += drop
+            self.writes += 1
+            self._written += len(rows)
+            if self._written > self._log.max_rows and ended is None:
+                self._bound()
+            return True
+
+    def close(self) -> None:
+        """Write what waits, end the publisher's thread, and end the local readers once they
+        have read everything. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._readable.notify_all()
+            self._writable.notify_all()
+            writer = self._writer
+        if writer is not None:
+            writer.wait()
+        self.flush()  # what a failed write left, or what came after the thread ended
+
+    def follow(self, after: int) -> Iterator[Event]:
+        """The turn's events with seq > ``after`` as this process publishes them (objects,
+        at once), until ``run.done``; a reader that fell behind what is kept here, or whose
+        turn was taken over by another process, reads on from the log."""
+        pos = -1
+        last = after
+        while True:
+            with self._lock:
+                local = self._local
+                if pos < 0:  # where ``after`` is
+                    pos = self._dropped
+                    for i, event in enumerate(local):
+                        if event.seq > after:
+                            pos = self._dropped + i
+                            break
+                    else:
+                        pos = self._dropped + len(local)
+                    if local and local[0].seq > after + 1 and after >= 0:
+                        pos = -2  # older than what is kept
+                while pos >= 0 and not self.superseded and not self._closed \
+                        and pos - self._dropped >= len(local):
+                    self._wanted = True
+                    if pos - self._dropped < len(local):  # appended meanwhile (no lock)
+                        break
+                    self._readable.wait()
+                if pos < self._dropped or self.superseded:
+                    batch = None
+                else:
+                    batch = local[pos - self._dropped:]
+                    pos += len(batch)
+            if batch is None:
+                yield from self._log.follow(self.turn_id, last)
+                return
+            if not batch:
+                return  # closed, and everything was read
+            for event in batch:
+                last = event.seq
+                yield event
+                if type(event) is RunDone:
+                    return
 
     def _bound(self) -> None:
         """Merge the older text deltas of the turn's log (all but the last tenth)."""
@@ -334,7 +531,7 @@ class Publisher:
         old = rows[:-keep]
         if not old:
             return
-        merged = merge_deltas(old, self.turn_id)
+        merged = merge_deltas(old, self.turn_id, objects=self._objects)
         try:
             ops.replace(self.turn_id, merged, old[-1][0])
         except Exception:
@@ -344,22 +541,36 @@ class Publisher:
         self._written = len(merged) + keep
 
 
-def merge_deltas(rows: Sequence[tuple[int, str]], turn_id: str) -> list[tuple[int, str]]:
+def _event_of(row: Any, turn_id: str, seq: int) -> Event:
+    """The event of a row: kept as an object (the memory log) or its JSON."""
+    if isinstance(row, str | bytes):
+        return decode(row, turn_id, seq)
+    if isinstance(row, RunEvent):
+        return row  # type: ignore[return-value]  # every RunEvent published is an Event
+    raise StoreCorruptError(f"event {turn_id}:{seq} in the event log is a {type(row).__name__}")
+
+
+def merge_deltas(rows: Sequence[tuple[int, Any]], turn_id: str, *,
+                 objects: bool = False) -> list[tuple[int, Any]]:
     """``rows`` with each run of consecutive text deltas made one row (the seq of its last
-    delta, their text joined)."""
-    out: list[tuple[int, str]] = []
+    delta, their text joined); ``objects``: the rows are events, not JSON."""
+    out: list[tuple[int, Any]] = []
     texts: list[str] = []
     last = -1
+
+    def row(event: TextDelta) -> Any:
+        return event if objects else encode(event)
+
     for seq, text in rows:
-        event = decode(text, turn_id, seq)
+        event = _event_of(text, turn_id, seq)
         if isinstance(event, TextDelta):
             texts.append(event.text)
             last = seq
             continue
         if texts:
-            out.append((last, encode(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
+            out.append((last, row(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
             texts = []
         out.append((seq, text))
     if texts:
-        out.append((last, encode(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
+        out.append((last, row(TextDelta(run_id=turn_id, seq=last, text="".join(texts)))))
     return out

@@ -34,6 +34,7 @@ from .stores.base import (
     Appendable,
     ApprovalStore,
     Leased,
+    LeaseQuery,
     Revisioned,
     SessionStore,
     capabilities_of,
@@ -117,6 +118,8 @@ class SessionState:
         caps = capabilities_of(store)
         self.leasable: Leased | None = store if caps.lease else None  # type: ignore[assignment]
         self.leased = self.leasable is not None
+        self.lease_query: LeaseQuery | None = (
+            store if caps.lease_query else None)  # type: ignore[assignment]
         self.appendable: Appendable | None = (
             store if caps.append else None)  # type: ignore[assignment]
         self.revisioned: Revisioned | None = (

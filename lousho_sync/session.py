@@ -47,7 +47,7 @@ from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommi
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive
 
-__all__ = ["Session", "TurnPolicy", "new_session_id", "validate_session_id"]
+__all__ = ["Session", "TurnPolicy", "check_attach_args", "new_session_id", "validate_session_id"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +55,15 @@ TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
 
+
+
+def check_attach_args(turn_id: object, after: object) -> None:
+    """InvalidInputError unless ``turn_id`` is a str or None and ``after`` an int >= -1
+    (``Session.attach``'s arguments)."""
+    if turn_id is not None and not isinstance(turn_id, str):
+        raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
+    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+        raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
 
 class Session:
     """A multi-turn conversation. Create it with ``agent.session()``.
@@ -200,11 +209,8 @@ class Session:
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
         or never existed. ``takeover``: when the turn's driving process dies, this process
         resumes the turn from its checkpoint and drives it (its events go on, after a
-        ``step.reset``)."""
-        if turn_id is not None and not isinstance(turn_id, str):
-            raise InvalidInputError(f"turn_id must be a str or None; got {type(turn_id).__name__}")
-        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
-            raise InvalidInputError(f"after must be an int >= -1 (a seq); got {after!r}")
+        ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
+        check_attach_args(turn_id, after)
         log = self._event_log()
         head = log.latest(self._id) if turn_id is None else log.head(turn_id)
         if head is None or head.session_id != self._id:
@@ -215,7 +221,8 @@ class Session:
                 turn_id=turn_id, session_id=self._id,
             )
         return AttachedRun(log, head.turn_id, after,
-                           idle=self._take_over_if_dead if takeover else None)
+                           idle=self._take_over_if_dead if takeover else None,
+                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid))
 
     def _take_over_if_dead(self, head: TurnHead) -> bool:
         if head.status == "running" and owner_is_dead(head.owner):
@@ -289,10 +296,14 @@ class Session:
         leasable = st.leasable
         if mail is None or leasable is None:
             return False
-        probe = make_owner()  # is the lease held elsewhere? (never this process's holder)
-        if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
-            leasable.release_lease(self._id, owner=probe)
-            return False
+        if st.lease_query is not None:  # a read: the lease and its token stay as they are
+            if not st.lease_query.lease_held(self._id):
+                return False
+        else:  # a store of its own without the query: try the lease under a throwaway owner
+            probe = make_owner()
+            if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
+                leasable.release_lease(self._id, owner=probe)
+                return False
         post_abort(mail, self._id, reason, turn_id)
         return True
 

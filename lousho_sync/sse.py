@@ -401,11 +401,17 @@ def attach_for(
     except LoushoError as exc:
         if exc.code != "LOUSHO_TURN_NOT_FOUND":
             raise
-        raise InvalidEventIdError(
-            f"Last-Event-ID {last_event_id!r} names turn {found!r}, which this session does "
-            "not have (another session's turn, or one whose events expired); reconnect "
-            "without it", event_id=last_event_id,
-        ) from exc
+        raise unknown_turn(last_event_id, found) from exc
+
+
+def unknown_turn(last_event_id: str, found: str) -> InvalidEventIdError:
+    """The error of a ``Last-Event-ID`` naming turn ``found``, which the session does not
+    have."""
+    return InvalidEventIdError(
+        f"Last-Event-ID {last_event_id!r} names turn {found!r}, which this session does not "
+        "have (another session's turn, or one whose events expired); reconnect without it",
+        event_id=last_event_id,
+    )
 
 
 def sse_stream(

@@ -4,10 +4,12 @@
 
 ROLE ``owner``: sends ``"A"``; the model calls ``hold``, which prints ``IN_TOOL`` and
 blocks until the turn is offered input from another call (``queue``) or is aborted; the
-next model call answers ``"saw: <user messages>"``. ROLE ``steerowner`` sends ``"A"``
+next model call answers ``"saw: <user messages>"``; ROLE ``startowner`` is ``owner`` with
+``start()`` (a detached turn, in the event log). ROLE ``steerowner`` sends ``"A"``
 and its first model call hangs (printing ``IN_CALL``) until it is aborted. ROLE
 ``queue``/``steer``/``rollback`` sends ``"B"`` under that policy; ROLE ``abort`` calls
-``abort_turn()``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
+``abort_turn()``; ROLE ``attachabort`` attaches to the running turn and calls
+``run.abort()``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
 line.
 """
 
@@ -57,7 +59,7 @@ def main() -> None:
 
     def answer(request: ModelRequest) -> Step | str:
         msgs = list(request.messages)
-        if msgs[-1].role == "user" and msgs[-1].text == "A" and role == "owner":
+        if msgs[-1].role == "user" and msgs[-1].text == "A" and role in ("owner", "startowner"):
             return Step(tool_calls=[("hold", {})])
         return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
 
@@ -71,7 +73,15 @@ def main() -> None:
     if role == "abort":
         print(json.dumps({"asked": session.abort_turn("stop it")}), flush=True)
         return
-    r = session.send("A" if role.endswith("owner") else "B")
+    if role == "attachabort":
+        run = session.attach()
+        run.abort("stop it")
+        print(json.dumps({"finish": run.result(timeout=WAIT_S).finish_reason}), flush=True)
+        return
+    if role == "startowner":
+        r = session.start("A").result()
+    else:
+        r = session.send("A" if role.endswith("owner") else "B")
     print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
                       "joined": r.joined, "messages": [m.text for m in r.messages]}),
           flush=True)

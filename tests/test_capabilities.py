@@ -60,8 +60,8 @@ def test_encrypted_store_over_sqlite_offers_everything_sqlite_does(tmp_path: Pat
     with EncryptedStore(inner, keys=[KEY]) as enc:
         assert enc.capabilities == inner.capabilities
         assert set(enc.capabilities.names()) == {
-            "lease", "fencing", "append", "revision", "commit_turn", "catalog", "prune",
-            "events", "mailbox"}
+            "lease", "lease_query", "fencing", "append", "revision", "commit_turn", "catalog",
+            "prune", "events", "mailbox"}
         assert enc.sessions is not None and enc.checkpoints is not None
         assert enc.sessions.capabilities == inner.sessions.capabilities
         assert enc.checkpoints.capabilities == StoreCapabilities(fencing=True)
@@ -136,6 +136,7 @@ def test_a_store_without_capabilities_still_works_its_record_derived_once() -> N
     assert enc.capabilities == capabilities_of(store)
     assert enc.sessions is not None and not hasattr(enc.sessions, "info")
     assert not hasattr(enc.sessions, "fence_token")  # the legacy lease hands out no token
+    assert not hasattr(enc.sessions, "lease_held") and not hasattr(enc, "lease_held")
 
 
 def test_the_encrypted_mailbox_keeps_no_plain_input_and_drops_a_changed_mail(

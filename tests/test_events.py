@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from conftest import CHILD_TIMEOUT, STORE_KINDS, wait
 from crash_child import make_store
@@ -32,6 +33,7 @@ from lousho_sync import (
 )
 from lousho_sync._eventlog import EventLog
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
+from lousho_sync.stores.base import StoreCapabilities
 
 HERE = Path(__file__).resolve().parent
 CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
@@ -189,11 +191,13 @@ def test_prune_removes_ended_turns_past_their_ttl() -> None:
     log = EventLog(ops, ttl_s=0.0)
     publisher = log.begin("t1", "s1", "host:1:x")
     publisher.publish(TextDelta(run_id="t1", seq=0, text="x"))
+    publisher.flush()
     assert log.prune() == 0  # still running
     from lousho_sync import ExecutionResult, RunDone, Usage
     done = ExecutionResult(text="x", finish_reason="stop", messages=(), usage=Usage(),
                            steps=1, run_id="t1")
     publisher.publish(RunDone(run_id="t1", seq=1, finish_reason="stop", result=done))
+    publisher.close()  # its last write made
     assert log.prune() == 1
     assert ops.head("t1") is None and ops.latest("s1") is None
 
@@ -220,12 +224,44 @@ def test_text_deltas_are_coalesced_into_one_write_per_interval() -> None:
     assert len(writes) <= non_delta  # the 1000 deltas went with the next event's write
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_started_runs_reader_gets_each_delta_at_once_whatever_the_interval(
+    kind: str, tmp_path: Path
+) -> None:
+    """Readers in the driving process take the events as they are made, not when the
+    coalesced write reaches the store: with an hour-long interval the text still streams,
+    while the store keeps at most one write per non-delta event."""
+    gate = threading.Event()
+    provider = GatedProvider(ANSWER, 20, 10, gate)
+    store = MemorySessionStore() if kind == "memory" else make_store(kind, tmp_path)
+    session = create_agent(provider=provider, store=store).session(id="s1")
+    session.event_interval_s = 3600.0
+    run = session.start("hi")
+    seen = ""
+    events = iter(run)
+    for event in events:
+        if event.type == "text.delta":
+            seen += event.text
+            if len(seen) >= len("".join(provider.pieces[:10])):
+                break  # ten pieces read while the model holds the rest
+    assert seen == "".join(provider.pieces[:10])
+    attached = session.attach(run.turn_id, after=-1)  # another reader of this process
+    head = [e for _, e in zip(range(2 + 10), attached, strict=False)]
+    assert "".join(e.text for e in head if isinstance(e, TextDelta)) == seen
+    gate.set()
+    rest = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert seen + rest == ANSWER == run.result(timeout=CHILD_TIMEOUT).text
+    assert [e.type for e in session.attach(run.turn_id)][-1] == "run.done"
+
+
 def test_a_long_turns_log_is_bounded_by_merging_old_deltas() -> None:
     ops = MemoryEventOps()
     log = EventLog(ops, interval_s=0.0, max_rows=100)
     publisher = log.begin("t1", "s1", "host:1:x")
     for seq in range(1000):
         publisher.publish(TextDelta(run_id="t1", seq=seq, text=str(seq % 10)))
+        publisher.flush()  # one write per delta (interval 0): the log grows past its bound
+    publisher.close()
     head = ops.head("t1")
     assert head is not None and head.rows <= 200 and head.last_seq == 999
     events = list(log.follow("t1", -1, idle=lambda h: True))
@@ -396,6 +432,73 @@ def test_lousho_aio_start_attach_and_current_turn() -> None:
         assert await session.current_turn() is None
 
     asyncio.run(main())
+
+
+def test_lousho_aio_attach_reads_the_store_in_the_pool_while_the_loop_goes_on() -> None:
+    """A store read that waits does not stop the event loop: ``attach()`` returns at once,
+    its read happens in the pool, and another coroutine runs (and here lets the read go
+    on) meanwhile."""
+    import asyncio
+
+    import lousho_aio
+    from lousho_sync.stores._events import TurnHead
+
+    gate = threading.Event()
+    on_loop: list[bool] = []
+
+    class SlowOps(MemoryEventOps):
+        slow = False
+
+        def head(self, turn_id: str) -> TurnHead | None:
+            if self.slow:
+                try:
+                    asyncio.get_running_loop()
+                    on_loop.append(True)
+                except RuntimeError:
+                    on_loop.append(False)
+                assert gate.wait(CHILD_TIMEOUT), "the read waited on the event loop"
+            return super().head(turn_id)
+
+    class SlowStore(MemorySessionStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = SlowOps()
+
+        @property
+        def capabilities(self) -> StoreCapabilities:  # adds an event log of its own
+            return attrs.evolve(super().capabilities, events=True)
+
+        def event_ops(self) -> SlowOps:
+            return self.ops
+
+    store = SlowStore()
+
+    async def main() -> None:
+        agent = lousho_aio.create_agent(provider=ScriptedProvider(default=ANSWER), store=store)
+        session = agent.session(id="s1")
+        run = await session.start("hi")
+        await run.result()
+        store.ops.slow = True
+        order: list[str] = []
+
+        async def other() -> None:
+            await asyncio.sleep(0)
+            order.append("other ran")
+            gate.set()  # the store answers
+
+        attached = session.attach(run.turn_id)  # reads nothing yet
+        others = asyncio.ensure_future(other())
+        texts = [e.text async for e in attached if e.type == "text.delta"]
+        order.append("read")
+        await others
+        assert "".join(texts) == ANSWER
+        assert order == ["other ran", "read"]
+        with pytest.raises(TurnNotFoundError):
+            async for _ in session.attach("no-such-turn"):
+                pass
+
+    asyncio.run(main())
+    assert on_loop and not any(on_loop)  # every read of the store was in the pool
 
 
 @pytest.mark.parametrize("kind", CROSS_PROCESS_KINDS, indirect=True)

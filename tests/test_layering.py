@@ -46,6 +46,8 @@ LAYERS: list[set[str]] = [
      "lousho_sync._mailbox"},
     {"lousho_sync.stores._sqlite_ops", "lousho_sync.stores._postgres_ops",
      "lousho_sync.stores._redis_ops", "lousho_sync.stores.storage"},
+    {"lousho_sync.stores._file_layout", "lousho_sync.stores._file_lease"},
+    {"lousho_sync.stores._file_catalog"},
     {"lousho_sync.providers.openai", "lousho_sync.providers.anthropic",
      "lousho_sync.stores.memory", "lousho_sync.stores.files", "lousho_sync.stores.sqlite",
      "lousho_sync.stores.redis", "lousho_sync.stores.postgres", "lousho_sync.stores.encrypted"},

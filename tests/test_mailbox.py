@@ -39,8 +39,8 @@ def _result(p: subprocess.Popen[str]) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _owner_in_tool(kind: str, root: Path) -> subprocess.Popen[str]:
-    owner = _spawn("owner", kind, root)
+def _owner_in_tool(kind: str, root: Path, role: str = "owner") -> subprocess.Popen[str]:
+    owner = _spawn(role, kind, root)
     _go(owner)
     assert read_line(owner) == "IN_TOOL"
     return owner
@@ -101,9 +101,29 @@ def test_abort_turn_from_another_process_stops_the_turn(kind: str, tmp_path: Pat
                 p.kill()
     assert b == {"asked": True} and a["finish"] == "aborted"
     assert _messages(kind, tmp_path) == []
+    token = make_store(kind, tmp_path).sessions.fence_token("mailbox")
     idle = _spawn("abort", kind, tmp_path)  # no turn runs now: nothing to abort
     _go(idle)
     assert _result(idle) == {"asked": False}
+    # asking took no lease: the fence token of the session is the one A's turn had
+    assert make_store(kind, tmp_path).sessions.fence_token("mailbox") == token
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_abort_on_a_run_attached_in_another_process_stops_the_turn(
+    kind: str, tmp_path: Path
+) -> None:
+    procs = [_owner_in_tool(kind, tmp_path, "startowner")]
+    try:
+        procs.append(_spawn("attachabort", kind, tmp_path))
+        _go(procs[1])
+        a, b = _result(procs[0]), _result(procs[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert a["finish"] == "aborted" and b == {"finish": "aborted"}
+    assert _messages(kind, tmp_path) == []
 
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)

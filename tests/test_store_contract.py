@@ -51,6 +51,7 @@ from lousho_sync.stores.base import (
     Checkpoint,
     CheckpointStore,
     Fence,
+    LeaseQuery,
     SessionStore,
     StoreCapabilities,
     capabilities_of,
@@ -467,7 +468,7 @@ def test_capabilities_say_what_the_store_offers(kit: Kit, store: Any) -> None:
     sessions = store.sessions
     shared = kit.name.removeprefix("encrypted-") != "memory"  # a store across processes
     # what the kit says the store lacks (each behaviour tested by the tests above/below)
-    assert caps.lease is ("leases" not in kit.lacks)
+    assert caps.lease is ("leases" not in kit.lacks) and caps.lease_query is caps.lease
     assert caps.fencing is ("fencing" not in kit.lacks)
     assert caps.commit_turn is ("commit_turn" not in kit.lacks)
     assert caps.prune is ("prune" not in kit.lacks)
@@ -476,6 +477,7 @@ def test_capabilities_say_what_the_store_offers(kit: Kit, store: Any) -> None:
     # and the methods are there exactly then
     methods = {
         "lease": (sessions, ("acquire_lease", "renew_lease", "release_lease", "fence_token")),
+        "lease_query": (sessions, ("lease_held",)),
         "append": (sessions, ("append",)),
         "revision": (sessions, ("revision",)),
         "catalog": (sessions, ("info", "set_metadata", "history", "compact", "create", "list")),
@@ -744,6 +746,27 @@ def test_fence_tokens_strictly_increase_across_owners_and_a_reopen(kit: Kit, sto
     assert all(isinstance(t, int) for t in tokens)
     assert tokens == sorted(set(tokens)), tokens  # strictly increasing
     assert sessions.fence_token("s1") == tokens[-1]
+
+
+def test_lease_held_reads_the_lease_without_changing_it_or_its_token(
+    kit: Kit, store: Any
+) -> None:
+    kit.need("leases")
+    sessions, a = store.sessions, make_owner()
+    if not isinstance(sessions, LeaseQuery):
+        pytest.skip(f"{kit.name}: its lease has no read-only query (abort_turn probes it)")
+    assert sessions.lease_held("s1") is False
+    token = sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0)
+    with kit.reopened() as again:  # as another process sees it
+        assert again.sessions.lease_held("s1") is True
+        if hasattr(again, "fence_token"):  # a combined store forwarding its lease methods
+            assert again.lease_held("s1") is True
+        assert again.sessions.fence_token("s1") == token
+    assert sessions.renew_lease("s1", owner=a, ttl_s=600)  # still a's
+    sessions.release_lease("s1", owner=a)
+    assert sessions.lease_held("s1") is False
+    assert sessions.fence_token("s1") == token
+    assert sessions.acquire_lease("s1", owner=a, ttl_s=600, wait_s=0) == token + 1
 
 
 def _take_over(store: Any) -> tuple[Fence, Fence]:

@@ -17,7 +17,7 @@ from ..errors import (
 )
 from ..ids import validate_session_id
 from ..records import ApprovalRecord, Fence
-from .base import FencedLease, StoreCapabilities
+from .base import FencedLease, LeaseQuery, StoreCapabilities
 
 __all__ = [
     "Closing",
@@ -130,9 +130,9 @@ def overlay(
     )
 
 
-SHARED_STORE = StoreCapabilities(lease=True, fencing=True, append=True, revision=True,
-                                 commit_turn=True, catalog=True, prune=True, events=True,
-                                 mailbox=True)
+SHARED_STORE = StoreCapabilities(lease=True, lease_query=True, fencing=True, append=True,
+                                 revision=True, commit_turn=True, catalog=True, prune=True,
+                                 events=True, mailbox=True)
 """What SqliteStore, RedisStore and PostgresStore offer."""
 SHARED_SESSIONS = attrs.evolve(SHARED_STORE, prune=False)
 """What their session stores offer."""
@@ -165,6 +165,12 @@ class LeaseForwarding:
     def fence_token(self: _WithLeasedSessions, id: str) -> int:
         """Same as ``sessions.fence_token``."""
         return self.sessions.fence_token(id)
+
+    def lease_held(self: _WithLeasedSessions, id: str) -> bool:
+        """Same as ``sessions.lease_held``."""
+        sessions = self.sessions
+        assert isinstance(sessions, LeaseQuery)
+        return sessions.lease_held(id)
 
 
 class Closing:

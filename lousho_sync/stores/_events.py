@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -66,9 +66,11 @@ class EventOps(Protocol):
         ...
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
+               status: TurnStatus, ended_at: float | None) -> bool | None:
         """Add ``rows`` (seqs growing, all above the head's ``last_seq``) and set the head's
-        ``last_seq``, ``owner``, ``status`` and ``ended_at``."""
+        ``last_seq``, ``status`` and ``ended_at`` — only while the head's ``owner`` is
+        ``owner``: False (nothing written) once another owner re-opened the turn with
+        :meth:`begin` (a takeover); True (or None) when written."""
         ...
 
     def head(self, turn_id: str) -> TurnHead | None:
@@ -111,12 +113,15 @@ class HasEventLog(Protocol):
 
 
 class MemoryEventOps:
-    """The event log in this process's memory (a condition variable wakes readers)."""
+    """The event log in this process's memory (a condition variable wakes readers). Its
+    rows may be the events themselves (``holds_events``: the writer skips their JSON)."""
+
+    holds_events = True
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heads: dict[str, TurnHead] = {}
-        self._rows: dict[str, list[tuple[int, str]]] = {}
+        self._rows: dict[str, list[tuple[int, Any]]] = {}
         self._latest: dict[str, str] = {}
 
     def begin(self, head: TurnHead) -> None:
@@ -126,18 +131,21 @@ class MemoryEventOps:
             self._latest[head.session_id] = head.turn_id
             self._cond.notify_all()
 
-    def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
+    def append(self, turn_id: str, rows: Sequence[tuple[int, Any]], *, owner: str,
+               status: TurnStatus, ended_at: float | None) -> bool:
         with self._cond:
             head = self._heads.get(turn_id)
             if head is None:
-                return
+                return True
+            if head.owner != owner:
+                return False
             kept = self._rows.setdefault(turn_id, [])
             kept.extend(rows)
             last = rows[-1][0] if rows else head.last_seq
             self._heads[turn_id] = attrs.evolve(head, last_seq=last, owner=owner, status=status,
                                                 ended_at=ended_at, rows=len(kept))
             self._cond.notify_all()
+            return True
 
     def head(self, turn_id: str) -> TurnHead | None:
         with self._cond:
@@ -147,7 +155,7 @@ class MemoryEventOps:
         with self._cond:
             return self._latest.get(session_id)
 
-    def read(self, turn_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+    def read(self, turn_id: str, after: int, limit: int) -> list[tuple[int, Any]]:
         with self._cond:
             rows = self._rows.get(turn_id, [])
             lo, hi = 0, len(rows)
@@ -166,7 +174,7 @@ class MemoryEventOps:
                 return
             self._cond.wait(timeout)
 
-    def replace(self, turn_id: str, rows: Sequence[tuple[int, str]], upto: int) -> None:
+    def replace(self, turn_id: str, rows: Sequence[tuple[int, Any]], upto: int) -> None:
         with self._cond:
             old = self._rows.get(turn_id, [])
             kept = [*rows, *(r for r in old if r[0] > upto)]

@@ -128,6 +128,13 @@ class PostgresLeases:
             db.q("SELECT token FROM {s}.leases WHERE session_id = %s"), (id,)).fetchone(), id)
         return 0 if row is None else int(row[0])
 
+    def holder(self, id: str) -> str:
+        db = self.backend
+        row = db.run("read a lease", lambda c: c.execute(db.q(
+            "SELECT owner FROM {s}.leases WHERE session_id = %s AND expires_at > %s"),
+            (id, time.time())).fetchone(), id)
+        return "" if row is None else str(row[0])
+
 
 class PostgresCheckpoints:
     """The checkpoint primitives: one statement each, or a transaction that locks the

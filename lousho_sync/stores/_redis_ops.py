@@ -78,6 +78,11 @@ class RedisLeases:
         value = self.backend.run("read a fence token", lambda r: r.get(key), id)
         return 0 if value is None else int(value)
 
+    def holder(self, id: str) -> str:
+        key = self.backend.key("lease:", id)
+        value = self.backend.run("read a lease", lambda r: r.get(key), id)
+        return "" if value is None else as_str(value)
+
 
 class RedisCheckpoints:
     """The checkpoint primitives: a string per key with two index entries, one script a

@@ -166,6 +166,12 @@ class SqliteLeases:
     def newest(self, id: str) -> int:
         return self.backend.run("read a fence token", lambda c: token_of(c, id), id)
 
+    def holder(self, id: str) -> str:
+        row = self.backend.run("read a lease", lambda c: c.execute(
+            "SELECT owner FROM leases WHERE session_id = ? AND expires_at > ?",
+            (id, time.time())).fetchone(), id)
+        return "" if row is None else str(row[0])
+
 
 def _must_sync(checkpoint: Checkpoint) -> bool:
     """Whether a checkpoint write needs its own sync: it records a paused or interrupted

@@ -49,6 +49,7 @@ __all__ = [
     "CheckpointStore",
     "Fence",
     "FencedLease",
+    "LeaseQuery",
     "Leased",
     "Revisioned",
     "SessionStore",
@@ -166,6 +167,9 @@ class StoreCapabilities:
     lease: bool = False
     """A per-session lease across processes whose every acquisition returns a new, greater
     fence token: ``sessions.acquire_lease``/``renew_lease``/``release_lease``/``fence_token``."""
+    lease_query: bool = False
+    """``sessions.lease_held(id)`` (:class:`LeaseQuery`): whether a live owner holds the
+    lease now, a read that takes nothing."""
     fencing: bool = False
     """Every write a turn makes takes ``fence=`` and refuses, atomically with the write, a
     token older than the session's newest (``LeaseLostError``)."""
@@ -248,6 +252,15 @@ class FencedLease(Leased, Protocol):
 
     def fence_token(self, id: str) -> int:
         """The newest fence token handed out for ``id`` (0 when none)."""
+        ...
+
+
+@runtime_checkable
+class LeaseQuery(Protocol):
+    """A leased store that tells whether its lease is held without taking it."""
+
+    def lease_held(self, id: str) -> bool:
+        """Whether a live owner holds the lease of ``id`` now; changes nothing."""
         ...
 
 
@@ -414,6 +427,7 @@ def _derive(store: object) -> StoreCapabilities:
     combined = getattr(store, "combined", None)
     return StoreCapabilities(
         lease=isinstance(store, Leased),
+        lease_query=isinstance(store, LeaseQuery),
         fencing=getattr(store, "fenced", False) is True,
         append=isinstance(store, Appendable),
         revision=isinstance(store, Revisioned),

@@ -233,6 +233,11 @@ class EncryptedSessionStore(_Forwarding):
         """The inner store's newest fence token."""
         return int(self._inner.fence_token(id))
 
+    @_offered("lease_query")
+    def lease_held(self, id: str) -> bool:
+        """The inner store's ``lease_held``."""
+        return bool(self._inner.lease_held(id))
+
     @_offered("events")
     def event_ops(self) -> SealedEventOps:
         """The inner store's event log with every event encrypted like a message."""
@@ -473,6 +478,12 @@ class EncryptedStore(_Forwarding):
         """Same as ``sessions.fence_token``."""
         assert self.sessions is not None
         return self.sessions.fence_token(id)
+
+    @_offered("lease_query")
+    def lease_held(self, id: str) -> bool:
+        """Same as ``sessions.lease_held``."""
+        assert self.sessions is not None
+        return self.sessions.lease_held(id)
 
     @_offered("commit_turn")
     def commit_turn(

@@ -47,6 +47,10 @@ class LeaseOps(Protocol):
         """The newest token handed out for ``id`` (0 when none)."""
         ...
 
+    def holder(self, id: str) -> str:
+        """The owner holding an unexpired lease of ``id`` ("" when none), read only."""
+        ...
+
 
 def refused(backend: Backend, id: str, newest: int, token: int) -> LeaseLostError:
     """The LeaseLostError for a write of session ``id`` under ``token`` refused because
@@ -122,3 +126,11 @@ class LeaseRules:
         """The newest fence token handed out for ``id`` (0 when none)."""
         validate_session_id(id)
         return self._leases.newest(id)
+
+    def lease_held(self, id: str) -> bool:
+        """Whether a live owner holds the lease of ``id`` now: a read that changes nothing
+        (no acquisition, no fence token). A lease of a dead process on this host counts as
+        not held (the next acquirer takes it over)."""
+        validate_session_id(id)
+        holder = self._leases.holder(id)
+        return bool(holder) and not owner_is_dead(holder)
