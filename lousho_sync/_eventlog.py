@@ -22,9 +22,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any
+
+import attrs
 
 from . import errors as _errors
 from ._message_form import dump_tool_call, dump_usage, load_tool_call, load_usage
@@ -47,9 +49,20 @@ from .events import (
     UsageEvent,
 )
 from .ids import is_session_id
+from .messages import Message
+from .results import ExecutionResult
 from .stores._events import EVENT_TTL_S, EventOps, TurnHead, TurnStatus, now
 
-__all__ = ["EventLog", "Publisher", "decode", "encode", "spawn"]
+__all__ = [
+    "TURN_EXTRA",
+    "EventLog",
+    "Publisher",
+    "committed_turn",
+    "decode",
+    "encode",
+    "seal_turn",
+    "spawn",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -101,6 +114,7 @@ def encode(event: RunEvent) -> str:
     elif isinstance(event, RunStart):
         d["session_id"] = event.session_id
         d["input"] = [message_to_dict(m) for m in event.input]
+        d["sealed"] = True  # this release seals the turn's commit (see seal_turn)
     elif isinstance(event, ToolCallStart):
         d["call"] = dump_tool_call(event.call)
     elif isinstance(event, ToolResultEvent):
@@ -172,6 +186,44 @@ def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
         "newer release?)")
 
 
+# --- which turn a commit was -------------------------------------------------------------------
+TURN_EXTRA = "lousho_turn"
+"""The key, in the ``extra`` of a logged turn's last committed message, of what rebuilds the
+turn's result from the transcript (its id, message count, steps, finish reason, usage)."""
+
+
+def seal_turn(result: ExecutionResult, turn_id: str) -> ExecutionResult:
+    """``result`` with its last message recording that it ends turn ``turn_id`` (written in
+    the commit, so a takeover finds a committed turn exactly; see :func:`committed_turn`)."""
+    if not result.messages:
+        return result
+    last = result.messages[-1]
+    stamp = {"id": turn_id, "count": len(result.messages), "steps": result.steps,
+             "finish_reason": result.finish_reason, "usage": dump_usage(result.usage)}
+    sealed = attrs.evolve(last, extra={**last.extra, TURN_EXTRA: stamp})
+    return attrs.evolve(result, messages=(*result.messages[:-1], sealed))
+
+
+def committed_turn(messages: Sequence[Message], turn_id: str) -> ExecutionResult | None:
+    """The result of turn ``turn_id`` rebuilt from the transcript ``messages`` when a commit
+    sealed by :func:`seal_turn` is in it; None otherwise."""
+    for i in range(len(messages) - 1, -1, -1):
+        stamp = messages[i].extra.get(TURN_EXTRA) if messages[i].extra else None
+        if not isinstance(stamp, Mapping) or stamp.get("id") != turn_id:
+            continue
+        try:
+            count = int(stamp["count"])
+            msgs = tuple(messages[max(0, i + 1 - count): i + 1])
+            return ExecutionResult(
+                text=next((m.text for m in reversed(msgs) if m.role == "assistant"), ""),
+                finish_reason=str(stamp["finish_reason"]), messages=msgs,
+                usage=load_usage(stamp["usage"]), steps=int(stamp["steps"]), run_id=turn_id)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreCorruptError(
+                f"the commit of turn {turn_id} in the transcript cannot be read: {exc}") from exc
+    return None
+
+
 # --- threads ------------------------------------------------------------------------------------
 _IDLE_S = 10.0
 """How long a finished worker thread waits for the next task before it ends."""
@@ -203,6 +255,7 @@ class _Worker:
                 task()
             except BaseException:  # pragma: no cover - tasks handle their own errors
                 _log.warning("a background task of the event log failed", exc_info=True)
+            del task  # an idle thread keeps nothing of its last task alive
             me.name = "lousho-idle"
             with _workers_lock:
                 _idle.append(self)
@@ -269,6 +322,21 @@ class EventLog:
         for turn_id in ids:
             self.ops.drop(turn_id)
         return len(ids)
+
+    def seals_commit(self, turn_id: str) -> bool:
+        """Whether the turn's ``run.start`` row was written by a release whose commits are
+        sealed with the turn's id (:func:`seal_turn`); False for an older row, or none."""
+        rows = self.ops.read(turn_id, -1, 1)
+        if not rows:
+            return False
+        row = rows[0][1]
+        if isinstance(row, RunEvent):
+            return True  # kept as an object: written by this process's release
+        try:
+            d = json.loads(row)
+        except ValueError:
+            return False
+        return isinstance(d, dict) and d.get("type") == "run.start" and d.get("sealed") is True
 
     def follow(
         self,

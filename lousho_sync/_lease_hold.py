@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 
 from .errors import LeaseLostError, SessionBusyError
-from .records import Fence
+from .records import Checkpoint, Fence
 from .signal import Signal
-from .stores.base import Leased
+from .stores.base import Leased, LeaseSaving
 
 __all__ = ["LEASE_POLL_S", "LeaseHold"]
 
@@ -102,7 +102,7 @@ class LeaseHold:
     """
 
     __slots__ = ("_cancel", "_held", "_last_ok", "_lock", "_lost", "_token", "id", "owner",
-                 "store", "ttl_s")
+                 "saved", "store", "ttl_s")
 
     def __init__(self, store: Leased, id: str, owner: str, ttl_s: float) -> None:
         self.store = store
@@ -115,13 +115,35 @@ class LeaseHold:
         self._lost = False
         self._last_ok = 0.0
         self._cancel: Callable[[], None] | None = None
+        self.saved = False  # the last acquire saved the turn's first checkpoint with it
 
-    def acquire(self, *, wait: bool, signal: Signal | None = None) -> bool:
+    def acquire(
+        self,
+        *,
+        wait: bool,
+        signal: Signal | None = None,
+        first: tuple[LeaseSaving, Checkpoint, object] | None = None,
+    ) -> bool:
         """Take the lease. ``wait=False``: one attempt, SessionBusyError when another owner
-        holds it. ``wait=True``: poll until taken; False when ``signal`` aborts first."""
+        holds it. ``wait=True``: poll until taken; False when ``signal`` aborts first.
+
+        ``first`` (a store's lease-with-checkpoint, the turn's first checkpoint, the cached
+        transcript's revision): the first attempt also saves that checkpoint, in the same
+        transaction, when the revision still holds and no turn pends; ``saved`` tells.
+        """
         store = self.store
         _stop_release_retry(store, self.id, self.owner)  # never release what is taken now
-        if not wait:
+        got: int | None = None
+        self.saved = False
+        if first is not None:
+            saving, checkpoint, revision = first
+            taken = saving.take_lease_saving(self.id, owner=self.owner, ttl_s=self.ttl_s,
+                                             checkpoint=checkpoint, revision=revision)
+            if taken is not None:
+                got, self.saved = taken
+        if got:
+            pass
+        elif not wait:
             got = store.acquire_lease(self.id, owner=self.owner, ttl_s=self.ttl_s, wait_s=0.0)
             if not got:
                 raise SessionBusyError(

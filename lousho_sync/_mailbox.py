@@ -5,13 +5,17 @@ turn that another process owns (the session's lease is held elsewhere) posts a m
 session's mailbox in the store (:mod:`lousho_sync.stores._mail`), then waits for the lease.
 
 The owner registers its running turn here while it holds the lease. One watcher thread per
-mailbox (per store object, per process; it stops after 2 s without a turn) notices new mail
-at its wake-ups — a nearly free check (:meth:`~lousho_sync.stores._mail.MailOps.version`)
-every :data:`POLL_S`, for turns registered at least that long (a shorter turn costs no
-query) — takes it (exactly one process gets each mail) and hands it to the turn's
-:class:`~lousho_sync.control.TurnControl`, as an in-process caller would: ``offer`` (queue,
-steer: the turn's safe points apply it) or ``abort``. So the turn's own step loop does not
-look at the mailbox at all: a plain turn pays one registration.
+mailbox (per store object, per process; it stops after 2 s without a turn) takes the mail
+of the registered turns when the store says there is some — a wake-up per post where the
+store can push (:class:`~lousho_sync.stores._mail.MailPush`: Redis ``XREAD BLOCK``,
+PostgreSQL ``NOTIFY``, the memory store), with a look every :data:`FALLBACK_S` anyway (a
+lost wake-up only delays); else a nearly free check
+(:meth:`~lousho_sync.stores._mail.MailOps.version`: SQLite ``PRAGMA data_version``, a
+directory listing) every :data:`POLL_S` — and once when a turn is :data:`POLL_S` old (a
+shorter turn costs no query). Exactly one process takes each mail and hands it to the
+turn's :class:`~lousho_sync.control.TurnControl`, as an in-process caller would: ``offer``
+(queue, steer: the turn's safe points apply it) or ``abort``. So the turn's own step loop
+does not look at the mailbox at all: a plain turn pays one registration.
 
 What became of a posted input is read from the transcript, never from the mailbox: the
 input's first message claims a key (as an idempotency key does, see
@@ -31,17 +35,32 @@ import uuid
 import weakref
 from collections.abc import Callable
 
+import attrs
+
 from .codec import message_from_dict, message_to_dict
 from .control import TurnControl
 from .messages import Message
-from .stores._mail import Mail, MailOps
+from .stores._lease import owner_is_dead
+from .stores._mail import Mail, MailOps, MailPush
 
-__all__ = ["POLL_S", "mail_key", "post_abort", "post_input", "register"]
+__all__ = ["FALLBACK_S", "LINE_PATIENCE_S", "POLL_S", "first_in_line", "mail_key",
+           "post_abort", "post_input", "register"]
 
 _log = logging.getLogger(__name__)
 
 POLL_S = 0.005
-"""How often a process with a registered turn checks its mailbox for new mail (seconds)."""
+"""How often a process with a registered turn checks its mailbox for new mail on a store
+that cannot tell (SQLite, files), and how old a turn is when its mailbox is first looked at
+(seconds)."""
+
+FALLBACK_S = 0.5
+"""How often a process with a registered turn looks at its mailbox anyway on a store that
+wakes it (Redis, PostgreSQL, memory): a lost wake-up only delays mail (seconds)."""
+
+LINE_PATIENCE_S = 60.0
+"""How long a waiting poster holds the posters after it back (seconds): next turns run in
+arrival order, unless a poster waited this long (its process may be gone on another host,
+where its death cannot be told)."""
 
 _PREFIX = "mail:"
 _IDLE_EXIT_S = 2.0
@@ -53,11 +72,31 @@ def mail_key() -> str:
 
 
 def post_input(ops: MailOps, session_id: str, msgs: tuple[Message, ...], *, steer: bool,
-               mail_id: str) -> None:
-    """Put ``msgs`` (already claiming ``mail_id``) in the session's mailbox."""
+               mail_id: str, poster: str) -> None:
+    """Put ``msgs`` (already claiming ``mail_id``) in the session's mailbox; ``poster`` is
+    the lease owner string of the caller (it waits in line for the lease)."""
     data = json.dumps([message_to_dict(m) for m in msgs])
-    ops.post(session_id, mail_id, "steer" if steer else "queue", data, time.time())
-    _watcher(ops).poke()
+    ops.post(session_id, mail_id, "steer" if steer else "queue", data, time.time(), poster)
+
+
+def first_in_line(ops: MailOps, session_id: str, mail_id: str) -> bool:
+    """Whether the poster of ``mail_id`` may take the lease now: every input posted to the
+    session before it has had its turn — its poster took the lease (and dropped its mail),
+    died (its mail is dropped here, never applied), or has waited longer than
+    :data:`LINE_PATIENCE_S` (then it no longer holds later posters back)."""
+    now = time.time()
+    for m in ops.line(session_id):
+        if m.mail_id == mail_id:
+            return True
+        if m.kind == "abort" or now - m.posted_at > LINE_PATIENCE_S:
+            continue
+        if m.poster and owner_is_dead(m.poster):
+            _log.info("session %s: dropped the input of a sender that died before it was "
+                      "applied (mail %s)", session_id, m.mail_id)
+            ops.drop(m.mail_id, session_id)
+            continue
+        return False
+    return True
 
 
 def post_abort(ops: MailOps, session_id: str, reason: object, turn_id: str | None) -> str:
@@ -65,7 +104,6 @@ def post_abort(ops: MailOps, session_id: str, reason: object, turn_id: str | Non
     mail_id = mail_key()
     data = json.dumps({"reason": None if reason is None else str(reason), "turn_id": turn_id})
     ops.post(session_id, mail_id, "abort", data, time.time())
-    _watcher(ops).poke()
     return mail_id
 
 
@@ -74,27 +112,42 @@ def register(ops: MailOps, session_id: str, control: TurnControl) -> Callable[[]
     return _watcher(ops).add(session_id, control)
 
 
+@attrs.define(eq=False)
+class _Entry:
+    control: TurnControl
+    since: float  # wall clock, when registered
+    at: float  # monotonic, when registered
+    looked: bool = False  # its mailbox was looked at since it registered
+
+
 class _Watcher:
-    """One thread per mailbox: while turns are registered, checks for new mail every
-    :data:`POLL_S` and delivers it."""
+    """One thread per mailbox: while turns are registered, takes their mail when the store
+    says some was posted (:class:`~lousho_sync.stores._mail.MailPush`: a wake-up per post;
+    else :meth:`~lousho_sync.stores._mail.MailOps.version` every :data:`POLL_S`) and
+    delivers it. Thread-safe: ``_cond`` guards every field but ``_ops``."""
 
     def __init__(self, ops: MailOps) -> None:
         self._ops = ops
+        self._push = ops if isinstance(ops, MailPush) else None
         self._cond = threading.Condition()
-        self._turns: dict[str, tuple[TurnControl, float, float]] = {}
+        self._turns: dict[str, _Entry] = {}
         self._thread: threading.Thread | None = None
-        self._poked = False
+        self._woken: set[str] = set()
+        self._woken_all = False
+        self._wake_at = 0.0  # when the thread looks at the turns next (monotonic)
 
     def add(self, session_id: str, control: TurnControl) -> Callable[[], None]:
-        # no wake-up here: a turn is first looked at one POLL_S after it registered, so a
-        # turn shorter than that costs no query at all
-        entry = (control, time.time(), time.monotonic())
+        # a turn is first looked at one POLL_S after it registered, so a turn shorter than
+        # that costs no query at all; the thread is woken only when it would look later
+        entry = _Entry(control, time.time(), time.monotonic())
         with self._cond:
             self._turns[session_id] = entry
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="lousho-mailbox",
                                                 daemon=True)
                 self._thread.start()
+            elif self._wake_at > entry.at + POLL_S:
+                self._cond.notify_all()
 
         def remove() -> None:
             with self._cond:
@@ -103,36 +156,72 @@ class _Watcher:
 
         return remove
 
-    def poke(self) -> None:
+    def _wake(self, session_id: str | None) -> None:
         with self._cond:
-            self._poked = True
+            if session_id is None:
+                self._woken_all = True
+            elif session_id in self._turns:
+                self._woken.add(session_id)
+            else:
+                return
             self._cond.notify_all()
 
     def _loop(self) -> None:
-        version = -1
+        stop = self._push.subscribe(self._wake) if self._push is not None else None
+        try:
+            self._watch()
+        finally:
+            if stop is not None:
+                stop()
+
+    def _watch(self) -> None:
+        every = FALLBACK_S if self._push is not None else POLL_S
+        version: object = None
+        check_at = 0.0  # the next full look (monotonic)
         idle_since = time.monotonic()
         while True:
             with self._cond:
-                if not self._poked:
-                    self._cond.wait(POLL_S)
-                poked, self._poked = self._poked, False
-                now_m = time.monotonic()
-                if self._turns:
-                    idle_since = now_m
-                elif now_m - idle_since > _IDLE_EXIT_S:  # no turn for a while: stop
-                    self._thread = None
-                    return
-                sessions = [sid for sid, (_, _, at) in self._turns.items()
-                            if poked or now_m - at >= POLL_S]
-            if not sessions:
-                continue
+                while True:
+                    now = time.monotonic()
+                    if not self._turns:
+                        if now - idle_since > _IDLE_EXIT_S:  # no turn for a while: stop
+                            self._thread = None
+                            return
+                        self._wake_at = now + _IDLE_EXIT_S
+                        self._cond.wait(_IDLE_EXIT_S)
+                        continue
+                    idle_since = now
+                    ready = {sid for sid, e in self._turns.items()
+                             if not e.looked and now - e.at >= POLL_S}
+                    if self._woken_all:
+                        ready.update(sid for sid, e in self._turns.items()
+                                     if now - e.at >= POLL_S or e.looked)
+                    ready.update(self._woken)
+                    self._woken.clear()
+                    self._woken_all = False
+                    full = now >= check_at
+                    if ready or full:
+                        break
+                    self._wake_at = min([check_at, *(e.at + POLL_S for e in
+                                                     self._turns.values() if not e.looked)])
+                    self._cond.wait(max(self._wake_at - now, 0.0))
+                for sid in ready:
+                    self._turns[sid].looked = True
+                every_sid = list(self._turns)
             try:
-                seen = self._ops.version()
-                if seen == version and not poked:
+                if full:
+                    check_at = now + every
+                    if self._push is not None:  # the fallback of lost wake-ups: look
+                        ready.update(every_sid)
+                    else:
+                        seen = self._ops.version()
+                        if seen != version:
+                            version = seen
+                            ready.update(every_sid)
+                if not ready:
                     continue
-                version = seen
                 taken_at = time.monotonic()
-                mail = self._ops.take(sessions)
+                mail = self._ops.take(sorted(ready))
             except Exception:
                 _log.warning("could not read the session mailbox", exc_info=True)
                 time.sleep(POLL_S * 20)
@@ -143,9 +232,19 @@ class _Watcher:
     def _deliver(self, m: Mail, taken_at: float) -> None:
         with self._cond:
             entry = self._turns.get(m.session_id)
-        if entry is None or entry[2] > taken_at:
+        if entry is None or entry.at > taken_at:
             return  # the turn it was taken for ended: the poster runs its input itself
-        control, since, _ = entry
+        control, since = entry.control, entry.since
+        if m.kind != "abort" and m.poster and owner_is_dead(m.poster):
+            # its sender died before it was applied: nobody learns of it, so it is not
+            # stored (a retry of that request would store it twice)
+            _log.info("session %s: dropped the input of a sender that died before it was "
+                      "applied (mail %s)", m.session_id, m.mail_id)
+            try:
+                self._ops.drop(m.mail_id, m.session_id)
+            except Exception:
+                _log.warning("could not drop mail %s", m.mail_id, exc_info=True)
+            return
         try:
             data = json.loads(m.data)
             if m.kind == "abort":

@@ -30,10 +30,12 @@ from .limits import Limits, exceeded_before_model_call
 from .messages import Message
 from .records import Checkpoint, session_key, session_prefix
 from .signal import Signal
+from .stores._mail import MailOps, mail_ops_of
 from .stores.base import (
     ApprovalStore,
     Catalogued,
     CheckpointStore,
+    LeaseSaving,
     SessionStore,
     TurnCommitter,
     supports_fencing,
@@ -83,6 +85,22 @@ class SessionParts:
         init=False,
     )
     """Whether the checkpoint, approval and session store take ``fence=`` (checked once)."""
+    saving: LeaseSaving | None = attrs.field(
+        default=attrs.Factory(
+            lambda self: self.state.saving if self.checkpoints is not None
+            and self.state.saving is not None
+            and self.state.saving.first_checkpoints is self.checkpoints else None,
+            takes_self=True,
+        ),
+        init=False,
+    )
+    """The session store's lease taken with a turn's first checkpoint, when that checkpoint
+    goes to this session's checkpoint store (checked once)."""
+    mail: MailOps | None = attrs.field(
+        default=attrs.Factory(lambda self: mail_ops_of(self.sessions), takes_self=True),
+        init=False,
+    )
+    """The session store's mailbox (turn policies across processes), or None."""
 
     def writer(self, hold: LeaseHold | None) -> TurnWriter:
         """The writer of this session's turns under the lease ``hold``."""

@@ -35,6 +35,7 @@ from .stores.base import (
     ApprovalStore,
     Leased,
     LeaseQuery,
+    LeaseSaving,
     Revisioned,
     SessionStore,
     capabilities_of,
@@ -120,6 +121,9 @@ class SessionState:
         self.leased = self.leasable is not None
         self.lease_query: LeaseQuery | None = (
             store if caps.lease_query else None)  # type: ignore[assignment]
+        self.saving: LeaseSaving | None = (  # the lease and a turn's first checkpoint at once
+            store if self.leased and isinstance(store, LeaseSaving) else None
+        )
         self.appendable: Appendable | None = (
             store if caps.append else None)  # type: ignore[assignment]
         self.revisioned: Revisioned | None = (

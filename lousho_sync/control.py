@@ -46,6 +46,10 @@ class TurnControl:
         self.may_finish = False
         """Whether the turn is streaming its answer's text or has it whole with no tool
         call (kept by the executor): then a leaving reader lets it finish."""
+        self.logged = False
+        """True for a turn whose events go to an event log (``Session.start``, a takeover):
+        its commit records the turn's id in its last message (see
+        :func:`lousho_sync._eventlog.seal_turn`)."""
         self.reachable = True
         """False when nobody else can abort this turn (no caller's signal, no run handle
         given out, no session slot others may roll back: ``agent.send()`` without a

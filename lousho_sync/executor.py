@@ -64,6 +64,7 @@ __all__ = [
     "TurnAborted",
     "TurnEnv",
     "TurnWriter",
+    "checkpoint_of",
     "final_text",
 ]
 
@@ -145,6 +146,8 @@ class TurnEnv:
     session_used: Counters = Counters()
     durable: bool = True
     """False: write a checkpoint only to pause on an approval (runs nobody can resume)."""
+    saved_first: bool = False
+    """The turn's first ``running`` checkpoint was written with the lease (not again)."""
 
 
 # --- pure decisions of the step loop ---------------------------------------------------------
@@ -223,6 +226,27 @@ _IN_DOUBT = (
 )
 
 
+def checkpoint_of(state: TurnState, ctl: TurnControl, status: str) -> Checkpoint:
+    """A checkpoint of the turn ``state`` as it stands (``ctl``'s queued input included)."""
+    assert state.key is not None
+    return Checkpoint(
+        key=state.key,
+        session_id=state.session_id,
+        run_id=state.run_id,
+        turn_index=state.turn_index,
+        input=state.input,
+        recorded=tuple(state.recorded),
+        started_call_ids=tuple(state.started),
+        queued_inputs=tuple(ctl.queued()),
+        pending_approval_ids=tuple(state.pending_approvals),
+        usage=state.usage,
+        status=status,  # type: ignore[arg-type]
+        created_at=state.created_at,
+        updated_at=now(),
+        extra=state.extra,
+    )
+
+
 # --- the turn ------------------------------------------------------------------------------
 class Turn:
     """One running turn (see the module docstring). Not thread-safe: driven by one thread
@@ -251,24 +275,7 @@ class Turn:
     # --- what the steps do over and over ---------------------------------------------------
     def checkpoint(self, status: str) -> Checkpoint:
         """A checkpoint of the turn as it stands (its queued input included)."""
-        state = self.state
-        assert state.key is not None
-        return Checkpoint(
-            key=state.key,
-            session_id=state.session_id,
-            run_id=state.run_id,
-            turn_index=state.turn_index,
-            input=state.input,
-            recorded=tuple(state.recorded),
-            started_call_ids=tuple(state.started),
-            queued_inputs=tuple(self.ctl.queued()),
-            pending_approval_ids=tuple(state.pending_approvals),
-            usage=state.usage,
-            status=status,  # type: ignore[arg-type]
-            created_at=state.created_at,
-            updated_at=now(),
-            extra=state.extra,
-        )
+        return checkpoint_of(self.state, self.ctl, status)
 
     def save(self, status: str) -> None:
         """Write the turn's checkpoint with ``status`` (only an approval pause when the turn
@@ -376,7 +383,8 @@ class Turn:
         if resumed:  # made again from its checkpoint: readers drop the interrupted step
             yield from self.emit(StepReset, step=self.counters().steps + 1)
         else:
-            self.save("running")  # the turn is durable before run.start
+            if not self.env.saved_first:  # (else written with the lease)
+                self.save("running")  # the turn is durable before run.start
             yield from self.emit(RunStart, session_id=self.state.session_id,
                                  input=self.state.input)
         result = yield from self._steps()

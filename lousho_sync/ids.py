@@ -8,7 +8,10 @@ import hashlib
 import re
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
+from operator import attrgetter
+from types import MappingProxyType
 
 import attrs
 
@@ -108,6 +111,22 @@ def check_storable_id(value: object, what: str) -> str:
     return value
 
 
+_LEAVES = (bytes, int, float)  # (bool is an int)
+_EMPTY_OK = (tuple, list, dict, MappingProxyType)  # an empty one holds no str: not entered
+_FIELDS: dict[type, Callable[[object], tuple[object, ...]]] = {}
+"""Each attrs class scanned: its field values in order (the getter made once per class)."""
+
+
+def _fields_of(cls: type) -> Callable[[object], tuple[object, ...]] | None:
+    getter = _FIELDS.get(cls)
+    if getter is None and attrs.has(cls):
+        names = [f.name for f in attrs.fields(cls)]
+        many = attrgetter(*names) if len(names) > 1 else None
+        getter = _FIELDS[cls] = many if many is not None else (
+            lambda value: tuple(getattr(value, n) for n in names))
+    return getter
+
+
 def _surrogate(value: object, depth: int) -> str | None:
     """The first surrogate code point in any str inside ``value`` (strs, mapping keys and
     values, lists, tuples, attrs records), or None."""
@@ -116,23 +135,30 @@ def _surrogate(value: object, depth: int) -> str | None:
             return None
         found = _SURROGATE.search(value)
         return None if found is None else found.group()
-    if depth > _MAX_DEPTH or value is None or isinstance(value, (bytes, int, float)):
+    if depth > _MAX_DEPTH or value is None or isinstance(value, _LEAVES):
         return None
+    children: Iterable[object]
     if isinstance(value, Mapping):
-        for k, v in value.items():
-            hit = _surrogate(k, depth + 1) or _surrogate(v, depth + 1)
-            if hit:
-                return hit
+        children = chain.from_iterable(value.items())
     elif isinstance(value, (list, tuple)):
-        for item in value:
-            hit = _surrogate(item, depth + 1)
-            if hit:
-                return hit
-    elif attrs.has(type(value)):
-        for field in attrs.fields(type(value)):  # type: ignore[arg-type]
-            hit = _surrogate(getattr(value, field.name), depth + 1)
-            if hit:
-                return hit
+        children = value
+    else:
+        getter = _FIELDS.get(type(value)) or _fields_of(type(value))
+        if getter is None:
+            return None
+        children = getter(value)
+    for child in children:
+        # an ASCII str, a number, None or an empty container is answered here, without a
+        # call (most of a message)
+        cls = type(child)
+        if cls is str:
+            if child.isascii():  # type: ignore[union-attr]
+                continue
+        elif child is None or cls is int or cls is bool or (cls in _EMPTY_OK and not child):
+            continue
+        hit = _surrogate(child, depth + 1)
+        if hit:
+            return hit
     return None
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from . import _idempotency as idem
 from . import _session_ops as ops
 from ._detached import AttachedRun, StartedRun, take_over
-from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog
+from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog, committed_turn
 from ._mailbox import post_abort
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
@@ -55,6 +55,14 @@ TurnPolicy = Literal["wait", "queue", "steer", "reject", "rollback"]
 _POLICIES = ("wait", "queue", "steer", "reject", "rollback")
 LEASE_TTL_S = 30.0
 
+
+
+def _messages_of(input: object) -> tuple[Message, ...]:
+    """``to_messages(input)``; an ASCII str (the common input: it holds no surrogate code
+    point) made at once."""
+    if type(input) is str and input.isascii():
+        return (Message("user", input),)
+    return to_messages(input)
 
 
 def check_attach_args(turn_id: object, after: object) -> None:
@@ -169,7 +177,7 @@ class Session:
         policy but ``"reject"``.
         """
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, _, _ = self._start(to_messages(input), signal, approve, driven=True, key=key)
+        driver, _, _ = self._start(_messages_of(input), signal, approve, driven=True, key=key)
         result: ExecutionResult = drive(driver(False))  # the run of stream(), drained here
         return result
 
@@ -180,7 +188,7 @@ class Session:
         """The same turn as an :class:`AgentRun`; it joins the queue now
         (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
-        driver, control, discard = self._start(to_messages(input), signal, None, key=key)
+        driver, control, discard = self._start(_messages_of(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
 
     def start(
@@ -194,8 +202,9 @@ class Session:
         ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
-        driver, control, discard = self._start(to_messages(input), signal, None, driven=True,
+        driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
                                                key=key)
+        control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
         return StartedRun(inner, log, publisher)
@@ -232,6 +241,7 @@ class Session:
 
     def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
         control = TurnControl()
+        control.logged = True
         control.close()
         ticket = self._state.enqueue(control)
         run: Generator[RunEvent, None, ExecutionResult | None] = SessionTurn(
@@ -239,13 +249,18 @@ class Session:
         return run
 
     def _committed(self, head: TurnHead) -> ExecutionResult | None:
-        """The result of the turn of ``head`` if the transcript ends with it (its driver
-        died after the commit, before its last events were written), else None."""
-        first = next(iter(self._event_log().follow(head.turn_id, -1, idle=lambda h: True)),
-                     None)
+        """The result of the turn of ``head`` if it was committed (its driver died after the
+        commit, before its last events were written), else None: found by the turn id its
+        commit recorded; a turn logged by an older release, whose commit recorded none, by
+        its input at the transcript's tail."""
+        log = self._event_log()
+        messages = self.load()
+        found = committed_turn(messages, head.turn_id)
+        if found is not None or log.seals_commit(head.turn_id):
+            return found
+        first = next(iter(log.follow(head.turn_id, -1, idle=lambda h: True)), None)
         if not isinstance(first, RunStart) or not first.input:
             return None
-        messages = self.load()
         n = len(first.input)
         starts = [i for i in range(len(messages) - n, -1, -1)
                   if tuple(m.content for m in messages[i:i + n])

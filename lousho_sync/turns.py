@@ -36,6 +36,7 @@ import attrs
 
 from . import _idempotency as idem
 from . import _mailbox as mailbox
+from ._eventlog import seal_turn
 from ._lease_hold import LeaseHold
 from ._session_parts import SessionParts
 from ._session_state import Ticket
@@ -49,7 +50,7 @@ from .errors import (
     StoreCorruptError,
 )
 from .events import RunEvent
-from .executor import Turn, TurnAborted, TurnEnv, TurnWriter
+from .executor import Turn, TurnAborted, TurnEnv, TurnWriter, checkpoint_of
 from .inputs import to_messages
 from .limits import Limits
 from .messages import Message, Usage
@@ -57,7 +58,7 @@ from .providers.base import Provider
 from .records import Checkpoint, one_shot_key, session_key
 from .results import ExecutionResult
 from .signal import Signal, link
-from .stores._mail import MailOps, mail_ops_of
+from .stores._mail import MailOps
 from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool
 from .turn_state import ApproveCallback, TurnConfig, TurnState
@@ -82,6 +83,8 @@ Commit = Callable[[ExecutionResult], None]
 """Stores a finished turn's messages and drops its checkpoint (see :func:`play`)."""
 
 _CONFLICT_RETRIES = 100
+_LINE_POLL_S = 0.002  # a poster waiting in line looks again after this, doubling up to
+_LINE_POLL_MAX_S = 0.05
 _RECORD_FAILED = (
     "the turn is in doubt: its progress (a tool may have run) could not be recorded, so "
     "its last record was left as it was for resume(), which reports a tool that may have "
@@ -266,7 +269,7 @@ class SessionTurn:
         unlink = link(self._signal, control.abort)
         msgs = self._input
         key = key_of(msgs)
-        mail = mail_ops_of(self._p.sessions)
+        mail = self._p.mail
         mail_id: str | None = None
         unregister: Callable[[], None] | None = None
         result: ExecutionResult | None
@@ -275,20 +278,32 @@ class SessionTurn:
                 result = aborted_result(control)
             else:
                 hold = st.hold(self._p.lease_ttl_s)
+                first: TurnState | None = None
                 try:
                     if hold is not None and mail is not None and msgs is not None \
                             and key is None and self._policy in ("queue", "steer", "rollback"):
                         got, mail_id, msgs = self._through_mailbox(mail, hold, control, msgs)
                         key = mail_id
                     else:
-                        got = hold is None or hold.acquire(wait=self._wait,
-                                                           signal=control.signal)
+                        first = (self._first_state(control, msgs)
+                                 if key is None and self._p.saving is not None else None)
+                        got = hold is None or hold.acquire(
+                            wait=self._wait, signal=control.signal,
+                            first=None if first is None or self._p.saving is None else
+                            (self._p.saving, checkpoint_of(first, control, "running"),
+                             st.revision))
                     if mail_id is not None and got:  # never offered to our own turn
-                        _quiet_drop(mail, mail_id)
+                        _quiet_drop(mail, mail_id, self._p.id)
                     if hold is not None and got and mail is not None:
                         unregister = mailbox.register(mail, self._p.id, control)
                     if not got:
                         result = aborted_result(control)
+                    elif hold is not None and hold.saved and first is not None:
+                        # the cache was current and no turn pended (checked in the lease's
+                        # transaction, which wrote the turn's first checkpoint)
+                        result = yield from self._play(control, first, self._approve, hold,
+                                                       emit=emit, resumed=False, last=True,
+                                                       saved_first=True)
                     else:
                         st.sync()
                         try:
@@ -324,7 +339,7 @@ class SessionTurn:
                     if hold is not None:
                         hold.release()
                     if mail_id is not None:
-                        _quiet_drop(mail, mail_id)
+                        _quiet_drop(mail, mail_id, self._p.id)
             turn.result = result
             return result
         except BaseException as exc:
@@ -357,17 +372,53 @@ class SessionTurn:
             mail_id = mailbox.mail_key()
             msgs = idem.claim(msgs, mail_id)
             mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
-                               mail_id=mail_id)
+                               mail_id=mail_id, poster=hold.owner)
+            return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
         return hold.acquire(wait=True, signal=control.signal), mail_id, msgs
+
+    def _wait_in_line(self, mail: MailOps, hold: LeaseHold, control: TurnControl,
+                      mail_id: str) -> bool:
+        """Take the lease once every input posted before ``mail_id`` has had it (next turns
+        in arrival order, :func:`~lousho_sync._mailbox.first_in_line`); False when the
+        call is aborted first."""
+        pause = _LINE_POLL_S
+        while True:
+            if mailbox.first_in_line(mail, self._p.id, mail_id):
+                try:
+                    return hold.acquire(wait=False)
+                except SessionBusyError:
+                    pass
+            if control.signal.wait(pause):
+                return False
+            pause = min(pause * 2, _LINE_POLL_MAX_S)
+
+    def _first_state(
+        self, control: TurnControl, msgs: tuple[Message, ...] | None
+    ) -> TurnState | None:
+        """The new turn's state when its first checkpoint may be written with the lease (in
+        one transaction, when the cached transcript is still current and no turn pends):
+        a plain new turn on a store that can, with nothing checked before its first write
+        (no compaction, budget or async tool) and no input queued yet."""
+        p, st = self._p, self._p.state
+        if msgs is None or not st.loaded or st.repaired \
+                or p.base.compaction is not None or self._limits is not None \
+                or p.base.config.limits is not None or p.base.config.async_tools \
+                or control.has_queued():
+            return None
+        return self._state(control, msgs)
+
+    def _state(self, control: TurnControl, msgs: tuple[Message, ...]) -> TurnState:
+        """The state of a new turn after the cached transcript."""
+        n = len(self._p.state.messages)
+        sid = self._p.id
+        return TurnState(run_id=control.run_id, key=session_key(sid, n), session_id=sid,
+                         turn_index=n, input=msgs)
 
     def _new_turn(
         self, control: TurnControl, msgs: tuple[Message, ...], hold: LeaseHold | None,
         emit: bool,
     ) -> Generator[RunEvent, None, ExecutionResult]:
-        n = len(self._p.state.messages)
-        sid = self._p.id
-        state = TurnState(run_id=control.run_id, key=session_key(sid, n), session_id=sid,
-                          turn_index=n, input=msgs)
+        state = self._state(control, msgs)
         result: ExecutionResult = yield from self._play(
             control, state, self._approve, hold, emit=emit, resumed=False, last=True)
         return result
@@ -414,21 +465,30 @@ class SessionTurn:
         emit: bool,
         resumed: bool,
         last: bool,
+        saved_first: bool = False,
     ) -> Generator[RunEvent, None, ExecutionResult]:
         p = self._p
         st = p.state
         writer = TurnWriter(p.turn_store, p.approvals, hold, fences=p.fences)
+        writer.wrote = saved_first
         env = TurnEnv(writer=writer, approve=approve, session_limits=self._limits,
-                      session_used=st.used, durable=p.checkpoints is not None)
+                      session_used=st.used, durable=p.checkpoints is not None,
+                      saved_first=saved_first)
         committer = p.committer if p.checkpoints is not None else None
 
         sealed: list[tuple[ExecutionResult, ExecutionResult]] = []
 
         def commit(result: ExecutionResult) -> None:
-            keys = idem.claims(result.messages)
-            if keys:  # the keys claimed in the turn sealed in its commit: see _idempotency
-                sealed.append((result, idem.seal(result, keys)))
-                result = sealed[-1][1]
+            # only a user message with extra fields can claim a key (see _idempotency)
+            keys = idem.claims(result.messages) if any(
+                m.extra for m in result.messages if m.role == "user") else None
+            if keys or control.logged:
+                plain = result
+                if keys:  # the keys claimed in the turn sealed in its commit: _idempotency
+                    result = idem.seal(result, keys)
+                if control.logged:  # which turn this is, for a takeover: _eventlog
+                    result = seal_turn(result, state.run_id)
+                sealed.append((plain, result))
             _commit(p, result.messages, writer=writer, key=state.key, committer=committer,
                     hold=hold, release=last)
 
@@ -444,11 +504,11 @@ class SessionTurn:
         return result
 
 
-def _quiet_drop(mail: MailOps | None, mail_id: str) -> None:
+def _quiet_drop(mail: MailOps | None, mail_id: str, session_id: str) -> None:
     if mail is None:
         return
     try:
-        mail.drop(mail_id)
+        mail.drop(mail_id, session_id)
     except Exception:
         _log.warning("could not drop mail %s", mail_id, exc_info=True)
 

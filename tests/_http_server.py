@@ -157,6 +157,7 @@ class FakeServer:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # no 40 ms stall between the headers and the body
     server_ref: FakeServer
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -63,7 +63,21 @@ def main() -> None:
             return Step(tool_calls=[("hold", {})])
         return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
 
+    if role == "holder":
+        hold_lease(kind, root)
+        return
+    if role.startswith("line:"):  # tell the test when the input is in the mailbox
+        import lousho_sync._mailbox as mailbox
+
+        posted = mailbox.post_input
+
+        def post_input(*args: Any, **kw: Any) -> None:
+            posted(*args, **kw)
+            print("POSTED", flush=True)
+
+        mailbox.post_input = post_input  # type: ignore[assignment]
     policy = role if role in ("queue", "steer", "rollback") else "wait"
+    policy = "queue" if role.startswith("line:") else policy
     script = [Step(text="never", gate=_Announced())] if role == "steerowner" else []
     agent = create_agent(provider=ScriptedProvider(script, default=answer), tools=[hold],
                          store=make_store(kind, Path(root)))
@@ -80,11 +94,27 @@ def main() -> None:
         return
     if role == "startowner":
         r = session.start("A").result()
+    elif role.startswith("line:"):
+        r = session.send(role.partition(":")[2])
     else:
         r = session.send("A" if role.endswith("owner") else "B")
     print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
                       "joined": r.joined, "messages": [m.text for m in r.messages]}),
           flush=True)
+
+
+def hold_lease(kind: str, root: str) -> None:
+    from lousho_sync.stores._lease import make_owner
+
+    store = make_store(kind, Path(root))
+    owner = make_owner()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    assert store.sessions.acquire_lease(SESSION, owner=owner, ttl_s=WAIT_S, wait_s=0)
+    print("HELD", flush=True)
+    sys.stdin.readline()
+    store.sessions.release_lease(SESSION, owner=owner)
+    print(json.dumps({"released": True}), flush=True)
 
 
 if __name__ == "__main__":

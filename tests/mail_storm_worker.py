@@ -4,7 +4,8 @@
 
 Sends ``<worker>-<pid>-<n>`` on session ``storm`` with ``turn_policy="queue"`` (a turn calls
 one tool), forever; after each ``send()`` returns, appends the label (and whether it joined
-another process's turn) to ``ROOT/returned-<worker>.txt``.
+another process's turn) to ``ROOT/returned-<worker>.txt``; prints ``up`` once its first
+``send()`` returned.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main() -> None:
         r = session.send(label)
         with out.open("a") as f:
             f.write(f"{label} {int(r.joined)}\n")
+        if n == 0:
+            print("up", flush=True)
         n += 1
 
 

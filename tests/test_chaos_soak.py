@@ -10,9 +10,11 @@ the next call. At the end every user message in the store was returned to the ca
 exactly once — directly, as ``result.resumed`` or as ``error.resumed`` — and none is stored
 twice.
 
-``LOUSHO_SOAK_SEED`` replays a run, ``LOUSHO_SOAK_TURNS`` sets the questions (120; the
-PostgreSQL soak asks at most 40), ``LOUSHO_SOAK_PG_SPELLS`` the PostgreSQL outages (1: a
-call made while its server is down fails only after the store's connection retries)."""
+``LOUSHO_SOAK_SEED`` replays a run. The questions and the PostgreSQL outages come from
+``LOUSHO_STRESS`` (``tests/_stress.py``: 40 questions by default, 120 in CI's storm step, 500
+with ``long``; the PostgreSQL soak asks at most 40 (100 with ``long``) and has 1 outage (3
+with ``long``): a call made while its server is down fails only after the store's
+connection retries); ``LOUSHO_SOAK_TURNS`` and ``LOUSHO_SOAK_PG_SPELLS`` set them alone."""
 
 from __future__ import annotations
 
@@ -29,13 +31,16 @@ from typing import Any
 
 import pytest
 from _http_server import FakeServer, Recorded, Reply, json_reply, sse_reply
+from _stress import PG_SOAK_TURNS, SOAK_PG_SPELLS, SOAK_TURNS
 from test_kept_turns import RedisServer
 
 from lousho_sync import LoushoError, OpenAIProvider, ToolCall, create_agent, tool
 from lousho_sync.sqlite import SqliteStore
 
 KEY = "sk-test-chaos-soak"
-TURNS = int(os.environ.get("LOUSHO_SOAK_TURNS") or 120)
+TURNS = SOAK_TURNS
+
+pytestmark = pytest.mark.stress
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
@@ -134,7 +139,7 @@ def _postgres_outage() -> Outage:
     # a call fails only after the store's connection retries (about 27 s): few spells
     return Outage(lambda: run(["stop", "-m", "immediate", "-w"]),
                   lambda: run(["start", "-w", "-t", "60", "-o", shlex.join(opts)]),
-                  max_spells=int(os.environ.get("LOUSHO_SOAK_PG_SPELLS") or 1))
+                  max_spells=SOAK_PG_SPELLS)
 
 
 def _soak(
@@ -146,8 +151,11 @@ def _soak(
     @tool
     def note(q: str) -> str:
         """Notes the question."""
-        if outage is not None and rng.random() < 0.10:
-            outage.begin()  # the store goes away while the tool runs
+        # the store goes away while the tool runs; past half the questions without an
+        # outage yet, at this tool run (so that a short soak always has one)
+        if outage is not None and (rng.random() < 0.10
+                                   or (outage.spells == 0 and tally["asked"] > turns // 2)):
+            outage.begin()
             tally["outage while a tool ran"] += 1
         return f"noted {q}"
 
@@ -184,6 +192,7 @@ def _soak(
         failures_in_spell = 0
         for i in range(turns):
             question = f"q{i}"
+            tally["asked"] += 1
             for _ in range(6):
                 if outage is not None and outage.active and failures_in_spell >= 2:
                     outage.end()
@@ -281,7 +290,7 @@ def test_the_soak_with_the_postgres_server_stopped_for_spells(
     try:
         with PostgresStore(postgres_url, schema=postgres_schema,
                            connect_timeout_s=2.0) as store:
-            _soak(server, store, outage, _seed(), turns=min(TURNS, 40))
+            _soak(server, store, outage, _seed(), turns=PG_SOAK_TURNS)
     finally:
         outage.end()
 

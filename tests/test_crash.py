@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _stress import CRASH_RANDOM_ROUNDS
 from conftest import STORE_KINDS
 from crash_child import FINAL_CHUNKS, SESSION, make_agent
 
@@ -122,15 +123,19 @@ def test_kill_while_the_model_streams_then_resume(kind: str, tmp_path: Path) -> 
 EVENTS_PER_TURN = 14  # run.start … run.done for the scripted turn
 
 
+@pytest.mark.stress
 @pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_kill_at_random_points(kind: str, tmp_path: Path) -> None:
+    """The child stops after each event until told to go on, so a kill after event k is
+    the same point every time: every point once, then (``LOUSHO_STRESS=ci`` or ``long``,
+    ``tests/_stress.py``) as many rounds at points drawn from ``LOUSHO_CRASH_SEED``."""
     seed = int(os.environ.get("LOUSHO_CRASH_SEED", "20261202"))
     rng = random.Random(seed)
-    rounds = {"files": 50, "sqlite": 25, "encrypted-sqlite": 25}.get(kind, 10)
-    for i in range(rounds):
+    points = [*range(1, EVENTS_PER_TURN + 1),
+              *(rng.randrange(1, EVENTS_PER_TURN + 1) for _ in range(CRASH_RANDOM_ROUNDS))]
+    for i, kill_after in enumerate(points):
         root = tmp_path / f"r{i}"
         root.mkdir()
-        kill_after = rng.randrange(1, EVENTS_PER_TURN + 1)
         print(f"seed={seed} round={i} kill after event {kill_after}")
         proc = _spawn(kind, root, "step")
         assert proc.stdin is not None

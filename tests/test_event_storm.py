@@ -5,7 +5,8 @@ the turn takes it over when its driver dies. Afterwards: no turn committed twice
 reader's text (after applying ``step.reset``) equals the committed answer, no event out of
 order.
 
-``LOUSHO_STORM_KILLS`` sets the kills per store (default 20; CI's first run 50);
+The kills per store come from ``LOUSHO_STRESS`` (``tests/_stress.py``: 10 by default, 50 in
+CI's storm step, 300 with ``long``); ``LOUSHO_STORM_KILLS`` sets them alone;
 ``LOUSHO_STORM_SEED`` replays a run (the seed is printed).
 """
 
@@ -18,16 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _stress import STORM_KILLS
 from conftest import STORE_KINDS
 from crash_child import make_store
 from test_events import ANSWER, Child, applied, child
 
 from lousho_sync import ScriptedProvider, create_agent
 
-KILLS = int(os.environ.get("LOUSHO_STORM_KILLS", "20"))
+KILLS = STORM_KILLS
 KINDS = [*STORE_KINDS, "encrypted-sqlite"]
 
+pytestmark = pytest.mark.stress
 
+
+@pytest.mark.timeout(120 + 6 * KILLS)  # about a second a kill, more on a loaded machine
 @pytest.mark.parametrize("kind", KINDS, indirect=True)
 def test_kill_storm_with_attached_readers(kind: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("LOUSHO_STORM_SEED", str(random.randrange(1 << 30))))

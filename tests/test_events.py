@@ -572,3 +572,84 @@ def test_a_takeover_goes_on_after_rows_written_past_the_head(tmp_path: Path) -> 
     events = list(session.attach("t1"))  # taken over: nothing was recorded, so it failed
     assert [e.seq for e in events] == list(range(len(events)))
     assert [e.type for e in events][-2:] == ["error", "run.done"]
+
+
+def _dead_owner() -> str:
+    from lousho_sync.stores._lease import HOST
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that existed and is dead: its pid is free
+    return f"{HOST}:{gone.pid}:dead"
+
+
+def _died_before_its_last_events(store: Any, turn_id: str, rows: list[Any], owner: str) -> None:
+    """The log of ``turn_id`` as its driver left it when killed: ``rows``, still running."""
+    import time
+
+    from lousho_sync.stores._events import TurnHead
+
+    ops = event_ops_of(store.sessions)
+    ops.drop(turn_id)
+    ops.begin(TurnHead(turn_id=turn_id, session_id="s1", owner=owner, started_at=time.time()))
+    ops.append(turn_id, rows, owner=owner, status="running", ended_at=None)
+
+
+def test_a_takeover_finds_a_committed_turn_by_its_id_not_by_its_input(tmp_path: Path) -> None:
+    """The driver died after its commit, before its last events: the reader that takes the
+    turn over gets that turn's answer, even when a later turn had the same input."""
+    import gc
+
+    store = make_store("sqlite", tmp_path)
+    provider = ScriptedProvider([Step(text="one"), Step(text="two"), Step(text="three")])
+    session = create_agent(provider=provider, store=store).session(id="s1")
+    session.send("hi")
+    run = session.start("hi")
+    assert run.result(timeout=CHILD_TIMEOUT).text == "two"
+    turn_id = run.turn_id
+    first = event_ops_of(store.sessions).read(turn_id, -1, 1)  # its run.start
+    del run
+    gc.collect()  # no handle of the turn in this process: readers read the log
+    session.send("hi")  # the same input again, committed after it
+    _died_before_its_last_events(store, turn_id, first, _dead_owner())
+    events = list(session.attach(turn_id))
+    assert [e.type for e in events] == ["run.start", "step.reset", "text.delta", "run.done"]
+    assert events[2].text == "two" and events[-1].result.text == "two"  # type: ignore[union-attr]
+    assert [m.text for m in session.load()] == ["hi", "one", "hi", "two", "hi", "three"]
+
+
+def test_a_lost_turn_is_not_mistaken_for_a_committed_turn_with_the_same_input(
+    tmp_path: Path,
+) -> None:
+    from lousho_sync import Message, RunStart
+    from lousho_sync._eventlog import encode
+    from lousho_sync.control import new_id
+
+    store = make_store("sqlite", tmp_path)
+    session = create_agent(provider=ScriptedProvider([Step(text="one")]),
+                           store=store).session(id="s1")
+    session.start("hi").result(timeout=CHILD_TIMEOUT)
+    lost = new_id()  # started with the same input; its driver died before recording it
+    start = RunStart(run_id=lost, seq=0, session_id="s1", input=(Message("user", "hi"),))
+    _died_before_its_last_events(store, lost, [(0, encode(start))], _dead_owner())
+    events = list(session.attach(lost))
+    assert [e.type for e in events] == ["run.start", "error", "run.done"]
+    assert "was lost" in str(events[1].error)  # type: ignore[union-attr]
+    assert [m.text for m in session.load()] == ["hi", "one"]
+
+
+def test_a_turn_logged_by_an_older_release_is_still_found_by_its_input(tmp_path: Path) -> None:
+    """A log row without the commit seal's mark (written before commits recorded their
+    turn): the committed turn is still recognised at the transcript's tail."""
+    from lousho_sync.control import new_id
+
+    store = make_store("sqlite", tmp_path)
+    session = create_agent(provider=ScriptedProvider([Step(text="answer")]),
+                           store=store).session(id="s1")
+    session.send("hi")  # committed without a seal, as an older release did
+    old = new_id()
+    row = json.dumps({"type": "run.start", "session_id": "s1",
+                      "input": [{"role": "user", "content": "hi"}]})
+    _died_before_its_last_events(store, old, [(0, row)], _dead_owner())
+    events = list(session.attach(old))
+    assert [e.type for e in events] == ["run.start", "step.reset", "text.delta", "run.done"]
+    assert events[-1].result.text == "answer"  # type: ignore[union-attr]

@@ -4,12 +4,12 @@ SIGKILLs a random one every 0.05-0.3 s and restarts it. Afterwards the session i
 here and checked: every input whose ``send()`` returned is in the transcript exactly once,
 and no input is stored twice.
 
-``LOUSHO_STORM_KILLS`` sets the kills per store (50 by default)."""
+The kills per store come from ``LOUSHO_STRESS`` (``tests/_stress.py``: 10 by default, 50 in
+CI's storm step, 300 with ``long``); ``LOUSHO_STORM_KILLS`` sets them alone."""
 
 from __future__ import annotations
 
 import collections
-import os
 import random
 import signal
 import subprocess
@@ -18,21 +18,24 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import STORE_KINDS
+from _stress import STORM_KILLS
+from conftest import STORE_KINDS, read_line
 from crash_child import make_store
 
 from lousho_sync import ScriptedProvider, create_agent
 
 HERE = Path(__file__).resolve().parent
-KILLS = int(os.environ.get("LOUSHO_STORM_KILLS", "50"))
+KILLS = STORM_KILLS
 WORKERS = 3
 LEASE_TTL_S = 3.0
 
+pytestmark = pytest.mark.stress
 
-def _spawn(kind: str, root: Path, worker: int) -> subprocess.Popen[bytes]:
+
+def _spawn(kind: str, root: Path, worker: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HERE / "mail_storm_worker.py"), kind,
                              str(root), str(worker), str(LEASE_TTL_S)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS, indirect=True)
@@ -43,6 +46,8 @@ def test_queue_senders_under_a_kill_storm_store_every_returned_input_once(
     rng = random.Random()
     procs = [_spawn(kind, tmp_path, w) for w in range(WORKERS)]
     try:
+        for p in procs:  # the storm starts once every worker's first send() returned
+            assert read_line(p) == "up"
         for _ in range(KILLS):
             time.sleep(rng.uniform(0.05, 0.3))  # the killer's cadence, not a sync
             w = rng.randrange(WORKERS)

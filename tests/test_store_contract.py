@@ -473,7 +473,7 @@ def test_capabilities_say_what_the_store_offers(kit: Kit, store: Any) -> None:
     assert caps.commit_turn is ("commit_turn" not in kit.lacks)
     assert caps.prune is ("prune" not in kit.lacks)
     assert caps.append and caps.revision and caps.catalog  # every built-in store
-    assert caps.events is shared and caps.mailbox is shared
+    assert caps.events is shared and caps.mailbox  # memory: a mailbox, no log of its own
     # and the methods are there exactly then
     methods = {
         "lease": (sessions, ("acquire_lease", "renew_lease", "release_lease", "fence_token")),

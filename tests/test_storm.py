@@ -4,10 +4,12 @@ Afterwards every session is resumed here and checked: every turn whose ``send()`
 is stored exactly once, no call id is stored twice, the ``report`` tool ran at most once per
 call id, no tool call lacks its result, no turn whose tools ran is lost, every session loads.
 
-``LOUSHO_STORM_KILLS`` sets the kills per store: 20 by default, so that the whole suite stays
-a few minutes (CI's first run makes 50); a long run, before a release or after touching
-commits, leases or checkpoints: ``LOUSHO_STORM_KILLS=300 pytest tests/test_storm.py`` (the
-timeout grows with it). ``LOUSHO_STORM_SEED`` replays a run (the seed is printed).
+The kills per store come from ``LOUSHO_STRESS`` (``tests/_stress.py``: 10 by default, so that
+the whole suite stays a few minutes; 50 in CI's storm step; 300 with ``long``, the run before
+a release or after touching commits, leases or checkpoints:
+``LOUSHO_STRESS=long pytest tests/test_storm.py``; the timeout grows with it);
+``LOUSHO_STORM_KILLS`` sets them alone. ``LOUSHO_STORM_SEED`` replays a run (the seed is
+printed).
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _stress import STORM_KILLS
 from storm_worker import SESSIONS, Log, make_agent
 
 HERE = Path(__file__).resolve().parent
-KILLS = int(os.environ.get("LOUSHO_STORM_KILLS", "20"))
+KILLS = STORM_KILLS
 WORKERS = 4
 LEASE_TTL_S = 5.0
+
+pytestmark = pytest.mark.stress
 
 
 def _location(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:

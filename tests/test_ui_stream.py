@@ -65,6 +65,7 @@ class _Server:
         routes = self.routes
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # each frame leaves at once
             def do_GET(self) -> None:
                 frames = routes.get(self.path)
                 if frames is None:

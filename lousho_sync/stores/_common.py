@@ -16,7 +16,7 @@ from ..errors import (
     StoreEncryptedError,
 )
 from ..ids import validate_session_id
-from ..records import ApprovalRecord, Fence
+from ..records import ApprovalRecord
 from .base import FencedLease, LeaseQuery, StoreCapabilities
 
 __all__ = [
@@ -24,28 +24,12 @@ __all__ = [
     "LeaseForwarding",
     "check_length",
     "check_older_than",
-    "check_owner",
-    "check_ttl",
-    "commit_token",
     "encrypted_refusal",
     "unstorable",
-    "fence_token_of",
     "overlay",
     "resolved_at",
     "validate_session_id",
 ]
-
-
-def check_ttl(ttl_s: float) -> None:
-    """ConfigError unless a lease's ``ttl_s`` is > 0."""
-    if not ttl_s > 0:
-        raise ConfigError(f"a lease's ttl_s must be > 0 seconds, got {ttl_s!r}")
-
-
-def check_owner(owner: str) -> None:
-    """ConfigError unless a lease ``owner`` is a non-empty str."""
-    if type(owner) is not str or not owner:
-        raise ConfigError(f"a lease's owner must be a non-empty str, got {owner!r}")
 
 
 def check_older_than(older_than_s: float) -> None:
@@ -75,37 +59,6 @@ def check_length(
             address=address,
             session_id=id,
         )
-
-
-def fence_token_of(fence: Fence | None, id: str | None) -> int:
-    """The token of ``fence`` for a write about session ``id`` (0: no fence, no check).
-
-    ConfigError when the fence names another session than ``id`` (None: any) or its token
-    is not an int >= 1.
-    """
-    if fence is None:
-        return 0
-    if not isinstance(fence, Fence) or type(fence.token) is not int or fence.token < 1 or (
-        id is not None and fence.session_id != id
-    ):
-        raise ConfigError(
-            f"a write about session {id!r} was given fence {fence!r}: a fence is a Fence of "
-            "the same session with the token acquire_lease returned (>= 1)"
-        )
-    return fence.token
-
-
-def commit_token(id: str, fence: Fence | None, release: bool) -> int:
-    """The fence token of a ``commit_turn`` of session ``id`` (0: unfenced), after checking
-    the id, the fence, and that ``release`` comes with a fence."""
-    validate_session_id(id)
-    token = fence_token_of(fence, id)
-    if release and not token:
-        raise ConfigError(
-            f"commit_turn(release=True) of session {id!r} needs the fence its lease was "
-            "acquired under (fence=Fence(id, token))"
-        )
-    return token
 
 
 _Status = Literal["pending", "approved", "denied"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -119,13 +119,19 @@ def is_count(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
-def parse_meta(data: bytes) -> Meta:
+def _document(data: bytes, invalid: str, what: str, version_of: str) -> Mapping[str, Any]:
+    """The JSON object of a session file, its version checked (StoreCorruptError)."""
     try:
         d = decode(data)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise StoreCorruptError(f"not valid JSON: {exc}") from exc
-    d = as_mapping(d, "the catalog sidecar")
-    check_version(d, "the catalog sidecar")
+        raise StoreCorruptError(f"{invalid}: {exc}") from exc
+    d = as_mapping(d, what)
+    check_version(d, version_of)
+    return d
+
+
+def parse_meta(data: bytes) -> Meta:
+    d = _document(data, "not valid JSON", "the catalog sidecar", "the catalog sidecar")
     created, updated = d.get("created_at"), d.get("updated_at")
     messages, history = d.get("messages"), d.get("history_length", 0)
     metadata, transcript = d.get("metadata", {}), d.get("transcript")
@@ -149,12 +155,8 @@ def parse_meta(data: bytes) -> Meta:
 
 def loads_doc(data: bytes) -> tuple[list[Message], int]:
     """The messages and ``history_length`` of a transcript document."""
-    try:
-        d = decode(data)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise StoreCorruptError(f"the transcript is not valid JSON: {exc}") from exc
-    d = as_mapping(d, "the transcript document")
-    check_version(d, "the transcript")
+    d = _document(data, "the transcript is not valid JSON", "the transcript document",
+                  "the transcript")
     messages = list(load_message_list(field_of(d, "messages", "the transcript"), "messages"))
     history = d.get("history_length", 0)
     if not is_count(history):
@@ -230,12 +232,17 @@ class FileLayout:
         try:
             return loads_doc(data)
         except StoreCorruptError as exc:
-            raise StoreCorruptError(
-                f"session file {path} cannot be read ({exc}); it was left as it is: "
-                "repair or delete it",
-                path=str(path),
-                session_id=id,
-            ) from exc
+            raise self._damaged(id, path, f"session file {path}", exc) from exc
+
+    @staticmethod
+    def _damaged(id: str, path: Path, name: str, exc: StoreCorruptError,
+                 advice: str = "repair or delete it") -> StoreCorruptError:
+        """The error for the file ``name`` (at ``path``) that ``exc`` says is damaged."""
+        return StoreCorruptError(
+            f"{name} cannot be read ({exc}); it was left as it is: {advice}",
+            path=str(path),
+            session_id=id,
+        )
 
     def _read_meta(self, id: str, dir_fd: int | None = None) -> Meta | None:
         """The sidecar of ``id`` (None when absent); ``dir_fd``: an open descriptor of the
@@ -260,12 +267,9 @@ class FileLayout:
             return parse_meta(data)
         except StoreCorruptError as exc:
             path = self._meta_path(id)
-            raise StoreCorruptError(
-                f"the catalog sidecar {path} of {self._where(id)} cannot be read ({exc}); it "
-                "was left as it is: repair it, or delete it to keep the transcript without "
-                "its metadata",
-                path=str(path),
-                session_id=id,
+            raise self._damaged(
+                id, path, f"the catalog sidecar {path} of {self._where(id)}", exc,
+                "repair it, or delete it to keep the transcript without its metadata",
             ) from exc
 
     def _read_history(self, id: str) -> builtins.list[Message]:
@@ -276,12 +280,8 @@ class FileLayout:
         try:
             return loads_messages(data)
         except StoreCorruptError as exc:
-            raise StoreCorruptError(
-                f"the history file {path} of {self._where(id)} cannot be read ({exc}); it was "
-                "left as it is: repair or delete it",
-                path=str(path),
-                session_id=id,
-            ) from exc
+            raise self._damaged(id, path, f"the history file {path} of {self._where(id)}",
+                                exc) from exc
 
     def _write(self, id: str, path: Path, data: bytes) -> None:
         try:
@@ -297,14 +297,17 @@ class FileLayout:
         except OSError as exc:
             raise unavailable("delete", path, exc, id) from exc
 
-    def _rev(self, id: str, path: Path) -> Rev:
+    def _stat(self, id: str, path: Path) -> os.stat_result | None:
         try:
-            st = os.stat(path)
+            return os.stat(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise unavailable("stat", path, exc, id) from exc
-        return (st.st_mtime_ns, st.st_size)
+
+    def _rev(self, id: str, path: Path) -> Rev:
+        st = self._stat(id, path)
+        return None if st is None else (st.st_mtime_ns, st.st_size)
 
     def _current(self, id: str) -> Row | None:
         """The catalog entry of ``id`` (stat first: a write between the two shows as a

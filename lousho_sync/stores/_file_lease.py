@@ -35,6 +35,18 @@ class _Held:
     expires_at: float
 
 
+def _try_lock(path: Path, id: str) -> filelock.BaseFileLock | None:
+    """The OS lock on ``path``, taken; None when another process holds it."""
+    lock = filelock.FileLock(str(path), thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return None
+    except OSError as exc:
+        raise unavailable("lock", path, exc, id) from exc
+    return lock
+
+
 class _FileBackend(Backend):
     kind = "file"
     store_class = "FileSessionStore"
@@ -79,13 +91,9 @@ class FileLeaseOps:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise unavailable("create", directory, exc, id) from exc
-            lock = filelock.FileLock(str(lease_path), thread_local=False)
-            try:
-                lock.acquire(timeout=0)
-            except filelock.Timeout:
+            lock = _try_lock(lease_path, id)
+            if lock is None:
                 return ""
-            except OSError as exc:
-                raise unavailable("lock", lease_path, exc, id) from exc
             try:
                 token = self._next_token(directory, id)
             except BaseException:
@@ -130,13 +138,9 @@ class FileLeaseOps:
                 return held.owner if held.expires_at > time.monotonic() else ""
             if not lease_path.exists():
                 return ""
-            lock = filelock.FileLock(str(lease_path), thread_local=False)
-            try:
-                lock.acquire(timeout=0)
-            except filelock.Timeout:
+            lock = _try_lock(lease_path, id)
+            if lock is None:
                 return "(another process)"
-            except OSError as exc:
-                raise unavailable("lock", lease_path, exc, id) from exc
             lock.release()
             return ""
 

@@ -41,9 +41,9 @@ class FileMailOps:
             raise self._fail("list the mailbox", exc) from exc
 
     def post(self, session_id: str, mail_id: str, kind: str, data: str,
-             posted_at: float) -> None:
+             posted_at: float, poster: str = "") -> None:
         body = json.dumps({"mail_id": mail_id, "session_id": session_id, "kind": kind,
-                           "data": data, "posted_at": posted_at})
+                           "data": data, "posted_at": posted_at, "poster": poster})
         name = f"{session_id}~{time.time_ns():020d}-{_safe(mail_id)}.mail"
         tmp = self._dir / f".{uuid.uuid4().hex}.tmp"
         try:
@@ -67,15 +67,34 @@ class FileMailOps:
                 continue
             except OSError as exc:
                 raise self._fail("take a mail", exc) from exc
-            try:
-                d = json.loads(taken.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            out.append(Mail(len(out), str(d["mail_id"]), str(d["session_id"]), str(d["kind"]),
-                            str(d["data"]), float(d["posted_at"])))
+            m = self._read(taken, len(out))
+            if m is not None:
+                out.append(m)
         return out
 
-    def drop(self, mail_id: str) -> None:
+    def line(self, session_id: str) -> list[Mail]:
+        names = sorted((n for n in self._names() if n.endswith((".mail", ".taken"))
+                        and n.partition("~")[0] == session_id),
+                       key=lambda n: n.partition("~")[2])
+        out: list[Mail] = []
+        for i, n in enumerate(names):
+            m = self._read(self._dir / n, i)
+            if m is None and n.endswith(".mail"):  # taken meanwhile
+                m = self._read(self._dir / f"{n[:-5]}.taken", i)
+            if m is not None:
+                out.append(m)
+        return out
+
+    @staticmethod
+    def _read(path: Path, seq: int) -> Mail | None:
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # taken (renamed) or dropped meanwhile
+        return Mail(seq, str(d["mail_id"]), str(d["session_id"]), str(d["kind"]),
+                    str(d["data"]), float(d["posted_at"]), str(d.get("poster", "")))
+
+    def drop(self, mail_id: str, session_id: str = "") -> None:
         tail = f"-{_safe(mail_id)}."
         for n in self._names():
             if tail in n:

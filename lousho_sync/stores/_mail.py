@@ -1,25 +1,32 @@
 """The session mailbox's storage primitives: what a store keeps of input (or an abort) that
 a process puts in for the turn another process owns.
 
-A mail is ``(seq, mail_id, session_id, kind, data, posted_at)``: ``seq`` grows in arrival
-order, ``kind`` is ``"queue"``, ``"steer"`` or ``"abort"``, ``data`` JSON the store never
-reads. A backend writes :class:`MailOps` (each call one transaction); the rules — who
-posts, who drains, what a drained mail does, how the poster learns what became of it —
-are written once above the stores (:mod:`lousho_sync._mailbox`). A store that has no
-mailbox (:func:`mail_ops_of` answers None) keeps the cross-process fallback of the turn
-policies (``"wait"``).
-"""
+A mail is ``(seq, mail_id, session_id, kind, data, posted_at, poster)``: ``seq`` grows in
+arrival order, ``kind`` is ``"queue"``, ``"steer"`` or ``"abort"``, ``data`` JSON the store
+never reads, ``poster`` the lease owner string of the process that posted it (whose death
+is told from it). A mail stays in the store, taken or not, until dropped: the session's
+*line* of posters waiting for the lease. A backend writes :class:`MailOps` (each call one
+transaction), and where it can push (a Redis stream read with ``XREAD BLOCK``, PostgreSQL
+``LISTEN``/``NOTIFY``, the memory store at once) :class:`MailPush`, the owner's wake-up;
+the rules — who posts, who drains, what a drained mail does, how the poster learns what
+became of it — are written once above the stores (:mod:`lousho_sync._mailbox`). A store
+that has no mailbox (:func:`mail_ops_of` answers None) keeps the cross-process fallback of
+the turn policies (``"wait"``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
 from .base import capabilities_of
 
-__all__ = ["HasMailbox", "Mail", "MailOps", "mail_ops_of"]
+__all__ = ["HasMailbox", "Mail", "MailOps", "MailPush", "Wake", "mail_ops_of"]
+
+Wake = Callable[[str | None], None]
+"""Called with the session id of a mail just posted (None: mail may have been missed, look
+at every session)."""
 
 
 @attrs.frozen(slots=True)
@@ -32,14 +39,19 @@ class Mail:
     kind: str
     data: str
     posted_at: float
+    poster: str = ""
 
 
 class MailOps(Protocol):
     """A backend's mailbox primitives. Thread-safe; every call may raise StoreError."""
 
     def post(self, session_id: str, mail_id: str, kind: str, data: str,
-             posted_at: float) -> None:
+             posted_at: float, poster: str = "") -> None:
         """Add one mail to ``session_id``'s mailbox (after every mail posted before)."""
+        ...
+
+    def line(self, session_id: str) -> list[Mail]:
+        """The mail of ``session_id`` not dropped yet, taken or not, in arrival order."""
         ...
 
     def take(self, session_ids: Sequence[str]) -> list[Mail]:
@@ -47,13 +59,26 @@ class MailOps(Protocol):
         transaction (exactly one caller gets each mail)."""
         ...
 
-    def drop(self, mail_id: str) -> None:
-        """Forget one mail (taken or not; no error when absent)."""
+    def drop(self, mail_id: str, session_id: str) -> None:
+        """Forget one mail of ``session_id`` (taken or not; no error when absent)."""
         ...
 
     def version(self) -> int:
-        """A number that changes when another connection may have posted: the check an
-        owner makes at its wake-ups, nearly free."""
+        """A number that changes once another connection's post is visible to
+        :meth:`take`: the check a polling owner makes at its wake-ups, nearly free."""
+        ...
+
+
+@runtime_checkable
+class MailPush(Protocol):
+    """Mailbox primitives that tell an owner about new mail (instead of being polled)."""
+
+    def subscribe(self, wake: Wake) -> Callable[[], None]:
+        """Call ``wake(session_id)`` soon after a mail of ``session_id`` is posted by any
+        process, and ``wake(None)`` when some may have been missed (first when listening
+        starts, then after a lost connection); returns the function that stops it.
+        Best effort: a wake-up lost anyway (a server restart) is made up for by the owner's
+        fallback poll."""
         ...
 
 

@@ -1,22 +1,21 @@
 """The PostgreSQL store's event-log primitives: rows in the UNLOGGED table
 ``lousho_events`` and heads in ``lousho_turns`` of the store's schema (created on first
 use; never WAL-logged, so never fsynced); every write ends with ``NOTIFY`` on the schema's
-channel, which one listening connection per store turns into wake-ups of its readers."""
+channel, which the store's one listening connection (:mod:`._postgres_listen`) turns into
+wake-ups of its readers."""
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ._events import TurnHead, TurnStatus
 from ._postgres_db import Conn, Db
+from ._postgres_listen import listener
 
 __all__ = ["PostgresEventOps"]
 
-_log = logging.getLogger("lousho_sync.stores")
 _T = TypeVar("_T")
 
 _TABLES = (
@@ -42,8 +41,7 @@ class PostgresEventOps:
         self._channel = f"lousho_events_{db.schema}"
         self._cond = threading.Condition()
         self._gen = 0
-        self._listener: threading.Thread | None = None
-        self._listening = False
+        self._unlisten: Callable[[], None] | None = None
 
     def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False) -> _T:
         def body(c: Conn) -> _T:
@@ -124,34 +122,14 @@ class PostgresEventOps:
             "ORDER BY seq LIMIT %s"), (turn_id, after, limit)).fetchall())
         return [(int(s), str(d)) for s, d in rows]
 
-    def _listen(self) -> None:
-        """Turn NOTIFYs on the channel into wake-ups, on a connection of its own."""
-        while not self._db.closed:
-            try:
-                conn = self._db.connect()
-                try:
-                    conn.execute(f'LISTEN "{self._channel}"')
-                    self._listening = True
-                    self._bump()
-                    while not self._db.closed:
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self._bump()
-                finally:
-                    self._listening = False
-                    conn.close()
-            except Exception:
-                _log.debug("event-log listener of %s lost its connection; reconnecting",
-                           self._db.where, exc_info=True)
-                time.sleep(0.5)
-
     def wait(self, turn_id: str, after: int, timeout: float) -> None:
+        notes = listener(self._db)
         with self._cond:
-            if self._listener is None:
-                self._listener = threading.Thread(target=self._listen, daemon=True,
-                                                  name=f"lousho-listen-{self._db.schema}")
-                self._listener.start()
+            if self._unlisten is None:
+                self._unlisten = notes.subscribe(self._channel, lambda _: self._bump())
             # without a listener (yet, or after a lost connection), poll
-            self._cond.wait(timeout if self._listening else min(timeout, 0.01))
+            listening = notes.listening(self._channel)
+            self._cond.wait(timeout if listening else min(timeout, 0.01))
 
     def replace(self, turn_id: str, rows: Sequence[tuple[int, str]], upto: int) -> None:
         q = self._db.q

@@ -253,7 +253,8 @@ class Db(Backend):
                 session_id=session_id,
             )
         try:
-            self.check_open(session_id)
+            if self.closed or self.pid != os.getpid():
+                self.check_open(session_id)
             conn = self.conn
             level = self.synchronous if sync else "NORMAL"
             if level != self.level:

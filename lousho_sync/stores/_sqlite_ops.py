@@ -104,6 +104,17 @@ def replace(c: Conn, id: str, texts: list[str]) -> int | None:
     return key if texts else None
 
 
+_TAKE = (
+    "INSERT INTO leases (session_id, owner, expires_at, token) VALUES (?, ?, ?, 1)"
+    " ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner,"
+    " expires_at = excluded.expires_at, token = leases.token + 1"
+    " WHERE leases.owner = excluded.owner OR leases.expires_at <= ?"
+    " RETURNING token"
+)
+"""Take a lease that is free, expired or the owner's already (params: id, owner, expiry,
+now): the new token, or no row."""
+
+
 class SqliteLeases:
     """The lease primitives: a ``leases`` row per session whose ``token`` only grows (a
     released lease keeps its row, owner ``''``). Written without a sync of their own."""
@@ -114,18 +125,31 @@ class SqliteLeases:
     def take(self, id: str, owner: str, ttl_s: float) -> int | str:
         def attempt(c: Conn) -> int | str:
             now = time.time()
-            row = c.execute(
-                "INSERT INTO leases (session_id, owner, expires_at, token) VALUES (?, ?, ?, 1)"
-                " ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner,"
-                " expires_at = excluded.expires_at, token = leases.token + 1"
-                " WHERE leases.owner = excluded.owner OR leases.expires_at <= ?"
-                " RETURNING token",
-                (id, owner, now + ttl_s, now),
-            ).fetchone()
+            row = c.execute(_TAKE, (id, owner, now + ttl_s, now)).fetchone()
             if row is not None:
                 return int(row[0])
             row = c.execute("SELECT owner FROM leases WHERE session_id = ?", (id,)).fetchone()
             return "" if row is None else str(row[0])
+
+        return self.backend.run("acquire a lease", attempt, id, sync=False)
+
+    def take_saving(self, id: str, owner: str, ttl_s: float, key: str, text: str,
+                    expected: object) -> tuple[int, bool] | str:
+        def attempt(c: Conn) -> tuple[int, bool] | str:
+            now = time.time()
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute(_TAKE, (id, owner, now + ttl_s, now)).fetchone()
+            if row is None:
+                row = c.execute("SELECT owner FROM leases WHERE session_id = ?", (id,)).fetchone()
+                c.execute("ROLLBACK")
+                return "" if row is None else str(row[0])
+            saved = revision(c, id) == expected and c.execute(
+                "INSERT INTO checkpoints (key, session_id, json, updated_at) SELECT ?, ?, ?, ?"
+                " WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE key = ?)",
+                (key, id, text, now, key),
+            ).rowcount == 1
+            c.execute("COMMIT")
+            return int(row[0]), saved
 
         return self.backend.run("acquire a lease", attempt, id, sync=False)
 

@@ -50,6 +50,7 @@ __all__ = [
     "Fence",
     "FencedLease",
     "LeaseQuery",
+    "LeaseSaving",
     "Leased",
     "Revisioned",
     "SessionStore",
@@ -261,6 +262,25 @@ class LeaseQuery(Protocol):
 
     def lease_held(self, id: str) -> bool:
         """Whether a live owner holds the lease of ``id`` now; changes nothing."""
+        ...
+
+
+@runtime_checkable
+class LeaseSaving(Protocol):
+    """A leased session store whose lease can be taken together with a turn's first
+    checkpoint, in one write transaction (SqliteStore)."""
+
+    @property
+    def first_checkpoints(self) -> CheckpointStore:
+        """The checkpoint store ``take_lease_saving`` writes to."""
+        ...
+
+    def take_lease_saving(
+        self, id: str, *, owner: str, ttl_s: float, checkpoint: Checkpoint, revision: object
+    ) -> tuple[int, bool] | None:
+        """One attempt to take the lease, saving ``checkpoint`` in the same transaction
+        when the transcript's revision is still ``revision`` and none pends under its key:
+        (the fence token, whether saved), or None when another owner holds the lease."""
         ...
 
 

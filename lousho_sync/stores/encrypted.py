@@ -68,7 +68,7 @@ from ._events import event_ops_of
 from ._expiry import expire_due
 from ._mail import mail_ops_of
 from ._sealed_events import SealedEventOps
-from ._sealed_mail import SealedMailOps
+from ._sealed_mail import SealedMailOps, sealed_mail
 from ._sealing import MARK, MAX_PLAIN_METADATA, Keyring, Sealer, generate_key, key_id, record_aad
 from .base import StoreCapabilities, capabilities_of, turn_committer
 
@@ -254,7 +254,7 @@ class EncryptedSessionStore(_Forwarding):
         if self._mail is None:
             ops = mail_ops_of(self._inner)
             assert ops is not None  # the inner store declares its mailbox
-            self._mail = SealedMailOps(ops, MARK, self._sealer.seal, self._sealer.open)
+            self._mail = sealed_mail(ops, MARK, self._sealer.seal, self._sealer.open)
         return self._mail
 
     @_offered("catalog")

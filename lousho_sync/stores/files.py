@@ -10,10 +10,7 @@
   and approval records over any StorageService (``checkpoints/<key>.json``,
   ``approvals/<id>.json``).
 
-Every write goes to a temp file in the same directory, is fsynced and renamed over the old
-file, so a reader never sees half a file. Unreadable files raise
-:class:`~lousho_sync.errors.StoreCorruptError` naming the path and are never modified by a
-read.
+Writes are atomic and reads never modify a file (see :mod:`.storage`).
 """
 
 from __future__ import annotations
@@ -169,14 +166,8 @@ class FileSessionStore(FileCatalog, LeaseRules):
     def revision(self, id: str) -> object:
         """A token that changes whenever the transcript file changes (not the metadata);
         None when absent."""
-        path = self.path_for(id)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise unavailable("stat", path, exc, id) from exc
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        st = self._stat(id, self.path_for(id))
+        return None if st is None else (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def ids(self) -> builtins.list[str]:
         """The ids of the stored sessions (with a transcript or metadata), sorted."""

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import builtins
 import heapq
-import itertools
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..catalog import SessionInfo, SessionPage, check_list_args, check_metadata, page_from
-from ..errors import SessionExistsError, StoreConflictError
+from ..errors import SessionExistsError
 from ..ids import check_storable_text
 from ..messages import Message
-from ..records import now
-from .base import AgentStore, ApprovalRecord, Checkpoint, Fence, StoreCapabilities, resolved
+from ._engine.approvals import ApprovalRules
+from ._engine.checkpoints import CheckpointRules
+from ._engine.commits import AppendRules
+from ._memory_mail import MemoryMailOps
+from ._memory_ops import MemoryApprovals, MemoryCheckpoints, MemoryCommits, MemoryState
+from .base import AgentStore, Fence, StoreCapabilities
 
 __all__ = [
     "InMemoryApprovalStore",
@@ -25,41 +27,46 @@ __all__ = [
 ]
 
 
-_SESSIONS = StoreCapabilities(append=True, revision=True, catalog=True)
+_SESSIONS = StoreCapabilities(append=True, revision=True, catalog=True, mailbox=True)
 _PART = StoreCapabilities()
 
 
-class MemorySessionStore:
+class MemorySessionStore(AppendRules):
     """Transcripts in a dict, with the session catalog (metadata, times, the messages
     compaction replaced). Thread-safe (one lock guards the dicts).
 
-    ``append`` is O(turn): the stored list grows in place.
+    ``append`` is O(turn): the engine's commit rules over the memory commit primitive,
+    which grows the stored list in place.
     """
 
     @property
     def capabilities(self) -> StoreCapabilities:
-        """Append, revision and the catalog, in this process."""
+        """Append, revision, the catalog and the mailbox, in this process."""
         return _SESSIONS
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._data: dict[str, list[Message]] = {}
-        self._revisions: dict[str, int] = {}
-        self._counter = itertools.count(1)
+        state = MemoryState()
+        self._commits = MemoryCommits(state)
+        self._lock = state.lock
+        self._data = state.transcripts
+        self._revisions = state.revisions
+        self._counter = state.counter
+        self._times = state.times
+        self._touch = state.touch
         self._metadata: dict[str, str] = {}
         self._history: dict[str, list[Message]] = {}
-        self._times: dict[str, tuple[float, float]] = {}
+        self._mail = MemoryMailOps()
+
+    def mail_ops(self) -> MemoryMailOps:
+        """The session mailbox's primitives (what the shared stores keep for turn policies
+        across processes), in memory."""
+        return self._mail
 
     def load(self, id: str) -> list[Message] | None:
         """A copy of the stored transcript, or None."""
         with self._lock:
             messages = self._data.get(id)
             return None if messages is None else list(messages)
-
-    def _touch(self, id: str) -> None:
-        t = now()
-        created = self._times.get(id, (t, t))[0]
-        self._times[id] = (created, t)
 
     def _drop_if_empty(self, id: str) -> None:
         if id not in self._data and id not in self._metadata:
@@ -89,28 +96,6 @@ class MemorySessionStore:
         with self._lock:
             self._metadata.pop(id, None)
             self._replace(id, ())
-
-    def append(self, id: str, messages: Sequence[Message], *, expected_length: int) -> None:
-        """Add a turn's messages; StoreConflictError when the length is not expected."""
-        check_storable_text(messages, f"a message for session {id!r}")
-        with self._lock:
-            stored = self._data.get(id)
-            length = 0 if stored is None else len(stored)
-            if length != expected_length:
-                raise StoreConflictError(
-                    f"session {id!r} holds {length} messages, expected {expected_length}: "
-                    "another writer appended first",
-                    expected_length=expected_length,
-                    actual_length=length,
-                    session_id=id,
-                )
-            if not messages:
-                return
-            if stored is None:
-                stored = self._data[id] = []
-            stored.extend(messages)
-            self._revisions[id] = next(self._counter)
-            self._touch(id)
 
     def revision(self, id: str) -> object:
         """Changes whenever the transcript of ``id`` changes."""
@@ -207,8 +192,11 @@ class MemorySessionStore:
         return page_from([i for i in infos if i is not None], limit)
 
 
-class MemoryCheckpointStore:
-    """Checkpoints in a dict (kept as the immutable objects). Thread-safe."""
+class MemoryCheckpointStore(CheckpointRules):
+    """Checkpoints in a dict (their JSON text, as every store keeps them), through the
+    engine's checkpoint rules. Thread-safe. Not fenced: one process needs no lease."""
+
+    fenced = False
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -216,31 +204,14 @@ class MemoryCheckpointStore:
         return _PART
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._data: dict[str, Checkpoint] = {}
-
-    def load(self, key: str) -> Checkpoint | None:
-        """The checkpoint, or None."""
-        return self._data.get(key)
-
-    def save(self, key: str, checkpoint: Checkpoint) -> None:
-        """Write the checkpoint."""
-        with self._lock:
-            self._data[key] = checkpoint
-
-    def delete(self, key: str) -> None:
-        """Delete the checkpoint."""
-        with self._lock:
-            self._data.pop(key, None)
-
-    def keys(self, prefix: str) -> list[str]:
-        """Keys starting with ``prefix``, sorted."""
-        with self._lock:
-            return sorted(k for k in self._data if k.startswith(prefix))
+        self._ops = MemoryCheckpoints(MemoryState())
 
 
-class InMemoryApprovalStore:
-    """Approval records in a dict; ``resolve`` is atomic under one lock."""
+class InMemoryApprovalStore(ApprovalRules):
+    """Approval records in a dict, through the engine's approval rules; ``resolve`` is
+    atomic under one lock. Not fenced."""
+
+    fenced = False
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -248,36 +219,7 @@ class InMemoryApprovalStore:
         return _PART
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._data: dict[str, ApprovalRecord] = {}
-
-    def create(self, record: ApprovalRecord) -> None:
-        """Store a record."""
-        with self._lock:
-            self._data[record.id] = record
-
-    def get(self, id: str) -> ApprovalRecord | None:
-        """The record, or None."""
-        return self._data.get(id)
-
-    def resolve(
-        self, id: str, *, approved: bool, reason: str | None = None, by: str | None = None
-    ) -> ApprovalRecord:
-        """Resolve once (by ``by``); later calls raise ApprovalAlreadyResolvedError."""
-        with self._lock:
-            record = resolved(self._data.get(id), id, approved=approved, reason=reason, by=by)
-            self._data[id] = record
-            return record
-
-    def list_pending(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Pending records, oldest first."""
-        with self._lock:
-            records = [
-                r
-                for r in self._data.values()
-                if r.status == "pending" and (session_id is None or r.session_id == session_id)
-            ]
-        return sorted(records, key=lambda r: r.created_at)
+        self._ops = MemoryApprovals(MemoryState())
 
 
 def memory_store() -> AgentStore:

@@ -86,13 +86,12 @@ from ._common import (
     Closing,
     LeaseForwarding,
     check_older_than,
-    fence_token_of,
     validate_session_id,
 )
 from ._engine.approvals import ApprovalRules
 from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
-from ._engine.leases import LeaseRules, check_newest
+from ._engine.leases import LeaseRules, check_newest, fence_token_of
 from ._events import prune_events
 from ._expiry import expire_due
 from ._postgres_db import SCHEMA_VERSION, Conn, Db

@@ -92,13 +92,12 @@ from ._common import (
     Closing,
     LeaseForwarding,
     check_older_than,
-    fence_token_of,
     validate_session_id,
 )
 from ._engine.approvals import ApprovalRules
 from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules, CommitRules
-from ._engine.leases import LeaseRules, check_newest
+from ._engine.leases import LeaseSavingRules, check_newest, fence_token_of
 from ._events import prune_events
 from ._expiry import expire_due
 from ._sqlite_db import SCHEMA_VERSION, SPAN, Conn, Db
@@ -137,7 +136,7 @@ def _check_fence(db: Db, c: Conn, id: str, token: int) -> None:
         check_newest(db, id, token_of(c, id), token)
 
 
-class SqliteSessionStore(LeaseRules, AppendRules):
+class SqliteSessionStore(LeaseSavingRules, AppendRules):
     """Transcripts, one row per message; ``append`` is one transaction of the turn's rows.
 
     Also the per-session lease with fence tokens (SPEC §5) and ``revision``. Writes take
@@ -168,6 +167,11 @@ class SqliteSessionStore(LeaseRules, AppendRules):
     def mail_ops(self) -> SqliteMailOps:
         """The session mailbox's primitives (turn policies across processes)."""
         return self._mail
+
+    @property
+    def first_checkpoints(self) -> SqliteCheckpointStore:
+        """The checkpoint store ``take_lease_saving`` writes to (the same file's)."""
+        return self.combined.checkpoints
 
     def load(self, id: str) -> list[Message] | None:
         """The stored transcript (one query), or None when the id has none."""

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 from ...codec import dumps_approval, loads_approval
 from ...errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, StoreCorruptError
 from ...records import ApprovalRecord, Fence
-from .._common import fence_token_of, overlay, resolved_at
+from .._common import overlay, resolved_at
 from .backend import Backend, text_of
-from .leases import check_newest
+from .leases import check_newest, fence_token_of
 
 __all__ = ["ApprovalOps", "ApprovalRules", "Row"]
 

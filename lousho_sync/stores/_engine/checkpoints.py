@@ -8,9 +8,8 @@ from typing import Protocol
 from ...codec import dumps_checkpoint, loads_checkpoint
 from ...errors import StoreCorruptError
 from ...records import Checkpoint, Fence
-from .._common import fence_token_of
 from .backend import Backend, text_of
-from .leases import check_newest
+from .leases import check_newest, fence_token_of
 
 __all__ = ["CheckpointOps", "CheckpointRules"]
 

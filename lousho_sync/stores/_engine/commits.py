@@ -10,11 +10,12 @@ from typing import Protocol
 import attrs
 
 from ...codec import dumps_message
+from ...errors import ConfigError
 from ...messages import Message
 from ...records import Fence
-from .._common import check_length, commit_token, fence_token_of, validate_session_id
+from .._common import check_length, validate_session_id
 from .backend import Backend
-from .leases import refused
+from .leases import fence_token_of, refused
 
 __all__ = ["AppendRules", "CommitOp", "CommitOps", "CommitRules", "Conflict", "Stale", "settle"]
 
@@ -24,7 +25,8 @@ class CommitOp:
     """One commit: in one transaction refuse when a token newer than ``token`` (0:
     unfenced) exists, check that session ``id`` holds ``expected_length`` messages, append
     ``texts`` (codec JSON), delete checkpoint ``checkpoint_key`` (None: none) and, with
-    ``release``, release the lease held under ``token``."""
+    ``release``, release the lease held under ``token``. ``messages``: what ``texts``
+    encode (a backend that keeps objects, the memory one, takes them as they are)."""
 
     id: str
     texts: list[str]
@@ -32,6 +34,7 @@ class CommitOp:
     checkpoint_key: str | None
     token: int
     release: bool
+    messages: Sequence[Message] = attrs.field(default=(), eq=False)
 
 
 @attrs.frozen(slots=True)
@@ -73,6 +76,19 @@ def settle(backend: Backend, op: CommitOp, outcome: object) -> object:
     return outcome
 
 
+
+def commit_token(id: str, fence: Fence | None, release: bool) -> int:
+    """The fence token of a ``commit_turn`` of session ``id`` (0: unfenced), after checking
+    the id, the fence, and that ``release`` comes with a fence."""
+    validate_session_id(id)
+    token = fence_token_of(fence, id)
+    if release and not token:
+        raise ConfigError(
+            f"commit_turn(release=True) of session {id!r} needs the fence its lease was "
+            "acquired under (fence=Fence(id, token))"
+        )
+    return token
+
 class CommitRules:
     """``commit_turn`` of a combined store over the primitive in ``_commits``."""
 
@@ -93,7 +109,7 @@ class CommitRules:
         written when it raises. Returns the new ``sessions.revision(id)``."""
         token = commit_token(id, fence, release)
         op = CommitOp(id, [dumps_message(m) for m in messages], expected_length,
-                      checkpoint_key, token, release)
+                      checkpoint_key, token, release, messages)
         return settle(self._commits.backend, op, self._commits.commit(op))
 
 
@@ -118,7 +134,7 @@ class AppendRules:
         """
         validate_session_id(id)
         op = CommitOp(id, [dumps_message(m) for m in messages], expected_length, None,
-                      fence_token_of(fence, id), False)
+                      fence_token_of(fence, id), False, messages)
         settle(self._commits.backend, op, self._commits.commit(op))
 
     def check_length(self, id: str, expected: int, actual: int) -> None:

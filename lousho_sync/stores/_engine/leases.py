@@ -6,16 +6,50 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from ...errors import LeaseLostError
+from ...codec import dumps_checkpoint
+from ...errors import ConfigError, LeaseLostError
 from ...ids import validate_session_id
-from .._common import check_owner, check_ttl
+from ...records import Checkpoint, Fence
 from .._lease import owner_is_dead, poll_until
 from .backend import Backend
 
-__all__ = ["LeaseOps", "LeaseRules", "refused"]
+__all__ = [
+    "LeaseOps", "LeaseRules", "LeaseSavingOps", "LeaseSavingRules", "check_owner", "check_ttl",
+    "fence_token_of", "refused",
+]
 
 _log = logging.getLogger("lousho_sync.stores")
 
+
+
+def check_ttl(ttl_s: float) -> None:
+    """ConfigError unless a lease's ``ttl_s`` is > 0."""
+    if not ttl_s > 0:
+        raise ConfigError(f"a lease's ttl_s must be > 0 seconds, got {ttl_s!r}")
+
+
+def check_owner(owner: str) -> None:
+    """ConfigError unless a lease ``owner`` is a non-empty str."""
+    if type(owner) is not str or not owner:
+        raise ConfigError(f"a lease's owner must be a non-empty str, got {owner!r}")
+
+
+def fence_token_of(fence: Fence | None, id: str | None) -> int:
+    """The token of ``fence`` for a write about session ``id`` (0: no fence, no check).
+
+    ConfigError when the fence names another session than ``id`` (None: any) or its token
+    is not an int >= 1.
+    """
+    if fence is None:
+        return 0
+    if not isinstance(fence, Fence) or type(fence.token) is not int or fence.token < 1 or (
+        id is not None and fence.session_id != id
+    ):
+        raise ConfigError(
+            f"a write about session {id!r} was given fence {fence!r}: a fence is a Fence of "
+            "the same session with the token acquire_lease returned (>= 1)"
+        )
+    return fence.token
 
 class LeaseOps(Protocol):
     """A backend's lease primitives, each one transaction or one script."""
@@ -86,6 +120,9 @@ class LeaseRules:
         validate_session_id(id)
         check_owner(owner)
         check_ttl(ttl_s)
+        token = self._try_acquire(id, owner, ttl_s)  # the common case: free, no polling
+        if token:
+            return token
         got: list[int] = []
 
         def attempt() -> bool:
@@ -134,3 +171,41 @@ class LeaseRules:
         validate_session_id(id)
         holder = self._leases.holder(id)
         return bool(holder) and not owner_is_dead(holder)
+
+
+class LeaseSavingOps(LeaseOps, Protocol):
+    """Lease primitives whose take can carry a turn's first checkpoint (one transaction)."""
+
+    def take_saving(self, id: str, owner: str, ttl_s: float, key: str, text: str,
+                    expected: object) -> tuple[int, bool] | str:
+        """``take``, and in the same transaction, once taken, write checkpoint ``text``
+        under ``key`` when the session's revision is still ``expected`` and no checkpoint
+        is stored under ``key``: (the new token, whether written); else the holder."""
+        ...
+
+
+class LeaseSavingRules(LeaseRules):
+    """The lease rules and ``take_lease_saving``: a turn's lease and its first checkpoint
+    in one write transaction, over ``_leases`` (a backend offering :class:`LeaseSavingOps`)."""
+
+    _leases: LeaseSavingOps
+
+    def take_lease_saving(
+        self, id: str, *, owner: str, ttl_s: float, checkpoint: Checkpoint, revision: object
+    ) -> tuple[int, bool] | None:
+        """One attempt, no wait, no takeover: take the session's lease and, in the same
+        transaction, save ``checkpoint`` (fenced by the new token) when the transcript's
+        revision is still ``revision`` (the caller's cached one) and no checkpoint is
+        stored under its key (no turn pends). (the new token, whether it was saved), or None
+        when another owner holds the lease (the caller then acquires as usual)."""
+        validate_session_id(id)
+        check_owner(owner)
+        check_ttl(ttl_s)
+        if checkpoint.session_id != id:
+            raise ConfigError(
+                f"take_lease_saving of session {id!r} was given a checkpoint of session "
+                f"{checkpoint.session_id!r}"
+            )
+        taken = self._leases.take_saving(id, owner, ttl_s, checkpoint.key,
+                                         dumps_checkpoint(checkpoint), revision)
+        return taken if isinstance(taken, tuple) else None
