@@ -156,5 +156,6 @@ def set_metadata(p: SessionParts, value: Mapping[str, Any]) -> None:
 def history(p: SessionParts, current: Sequence[Message]) -> tuple[Message, ...]:
     """What compaction replaced, then ``current`` (the transcript with its summary)."""
     store = p.sessions
-    kept = store.history(p.id) if isinstance(store, Catalogued) else []
+    kept = (store.history(p.id)  # type: ignore[attr-defined]
+            if capabilities_of(store).catalog else [])
     return (*kept, *current)

@@ -270,8 +270,8 @@ class Session:
         leasable = self._state.leasable
         if owner == self._state.owner or leasable is None:
             return False
-        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay
-            held = leasable.lease_held(self._id)
+        if self._state.lease_query is not None:  # a read: the lease and its token stay
+            held = self._state.lease_query.lease_held(self._id)
         else:  # a store without the query: try the lease under a throwaway owner
             probe = make_owner()
             held = not leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0)
