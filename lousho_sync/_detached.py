@@ -204,10 +204,12 @@ class AttachedRun(_LogReader):
 
     def __init__(self, log: EventLog, turn_id: str, after: int,
                  idle: Callable[[TurnHead], bool] | None = None,
-                 abort_turn: Callable[[object, str], object] | None = None) -> None:
+                 abort_turn: Callable[[object, str], object] | None = None,
+                 replay: bool = False) -> None:
         super().__init__(log, turn_id, after)
         self._on_idle = idle
         self._abort_turn = abort_turn
+        self._replay = replay
 
     def _idle(self, head: TurnHead) -> bool:
         return self._on_idle is not None and self._on_idle(head)
@@ -222,11 +224,11 @@ class AttachedRun(_LogReader):
         return head is None or head.ended_at is not None
 
     def result(self, timeout: float | None = None) -> ExecutionResult:
-        """Wait for the end of the turn and return its result (raise its error)."""
+        """Wait for the end of the turn and return its result (raise its error); the run
+        of a keyed ``start()`` that attached to its key's turn says ``replayed``."""
         local = local_run(self._turn_id)
-        if local is not None:
-            return local.result(timeout)
-        return self._end_from_log(timeout)
+        result = local.result(timeout) if local is not None else self._end_from_log(timeout)
+        return attrs.evolve(result, replayed=True) if self._replay else result
 
     def abort(self, reason: object = None) -> None:
         """Abort the turn, whichever process drives it (the transcript stays as it was);
@@ -292,9 +294,14 @@ def _take_over(
 
     def publish(event: RunEvent) -> None:
         nonlocal publisher, seq
-        if publisher is None:
+        if publisher is None:  # this process holds the turn's lease now: the log is its
             publisher = log.begin(turn_id, head.session_id, owner, started_at=head.started_at,
-                                  last_seq=head.last_seq)
+                                  last_seq=seq)
+            # a driver that lost its lease (stopped past it) may have written rows up to
+            # the begin, which refuses its later ones: go on after them
+            written = log.ops.read(turn_id, seq, 1 << 30)
+            if written:
+                seq = written[-1][0]
         seq += 1
         publisher.publish(attrs.evolve(event, run_id=turn_id, seq=seq))
 

@@ -407,6 +407,9 @@ class Publisher:
         self._local: list[Any] = []  # the events published (readers here; the writer)
         self._dropped = 0  # how many were dropped from the front of ``_local``
         self._unwritten = 0  # the position (counting dropped ones) of the first unwritten
+        self._stored = 0  # the position of the first event not (yet) in the store
+        self._store_wanted = False  # a local reader waits for a write to be stored
+        self._finished = False  # closed, and its last write made (or failed)
         self._told = False  # the writer knows there is something to write
         self._urgent = False  # an unwritten event that is not a text delta
         self._wanted = False  # a local reader waits for the next event
@@ -487,7 +490,9 @@ class Publisher:
         """Write what waits, now, in the calling thread; False when the write failed."""
         with self._write_lock:
             with self._lock:
-                if self.superseded:
+                if self.superseded:  # nothing more is written: everything counts as done
+                    self._unwritten = self._dropped + len(self._local)
+                    self._told = self._urgent = False
                     return True
                 start = self._unwritten
                 events = self._local[start - self._dropped:]
@@ -514,6 +519,11 @@ class Publisher:
                 return False
             with self._lock:
                 self._last_write = time.monotonic()
+                if ok is not False:
+                    self._stored = start + len(events)
+                    if self._store_wanted:
+                        self._store_wanted = False
+                        self._readable.notify_all()
                 if ok is False:
                     self.superseded = True
                     self._readable.notify_all()
@@ -542,6 +552,18 @@ class Publisher:
         if writer is not None:
             writer.wait()
         self.flush()  # what a failed write left, or what came after the thread ended
+        with self._lock:
+            self._finished = True
+            self._readable.notify_all()
+
+    def _wait_stored(self, pos: int) -> bool:
+        """Wait until the event at ``pos`` is in the store (or the publisher ended without
+        storing it); False when another owner took the turn over first."""
+        with self._lock:
+            while self._stored <= pos and not self.superseded and not self._finished:
+                self._store_wanted = True
+                self._readable.wait()
+            return self._stored > pos or not self.superseded
 
     def follow(self, after: int) -> Iterator[Event]:
         """The turn's events with seq > ``after`` as this process publishes them (objects,
@@ -578,7 +600,13 @@ class Publisher:
                 return
             if not batch:
                 return  # closed, and everything was read
-            for event in batch:
+            start = pos - len(batch)
+            for i, event in enumerate(batch):
+                if type(event) is RunDone and not self._wait_stored(start + i):
+                    # (its end is read once stored, so the store agrees with it: after
+                    # run.done, current_turn() and attach() see the turn ended)
+                    yield from self._log.follow(self.turn_id, last)  # taken over: the log
+                    return
                 last = event.seq
                 yield event
                 if type(event) is RunDone:

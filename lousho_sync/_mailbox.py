@@ -232,32 +232,43 @@ class _Watcher:
     def _deliver(self, m: Mail, taken_at: float) -> None:
         with self._cond:
             entry = self._turns.get(m.session_id)
-        if entry is None or entry.at > taken_at:
-            return  # the turn it was taken for ended: the poster runs its input itself
-        control, since = entry.control, entry.since
-        if m.kind != "abort" and m.poster and owner_is_dead(m.poster):
+        if entry is not None and entry.at > taken_at:
+            entry = None  # the turn it was taken for ended (another one runs now)
+        if m.kind == "abort":
+            self._drop(m)  # done with once taken, whether or not its turn still ran
+            try:
+                data = json.loads(m.data)
+                turn_id, reason = data.get("turn_id"), data.get("reason")
+            except Exception:
+                _log.warning("dropped an unreadable abort %s of session %s", m.mail_id,
+                             m.session_id, exc_info=True)
+                return
+            if entry is not None and m.posted_at >= entry.since - 1.0 \
+                    and turn_id in (None, entry.control.run_id):
+                entry.control.abort(reason or "aborted from another process")
+            return
+        if entry is None:
+            return  # the poster runs its input itself
+        if m.poster and owner_is_dead(m.poster):
             # its sender died before it was applied: nobody learns of it, so it is not
             # stored (a retry of that request would store it twice)
             _log.info("session %s: dropped the input of a sender that died before it was "
                       "applied (mail %s)", m.session_id, m.mail_id)
-            try:
-                self._ops.drop(m.mail_id, m.session_id)
-            except Exception:
-                _log.warning("could not drop mail %s", m.mail_id, exc_info=True)
+            self._drop(m)
             return
         try:
-            data = json.loads(m.data)
-            if m.kind == "abort":
-                turn_id = data.get("turn_id")
-                if m.posted_at >= since - 1.0 and turn_id in (None, control.run_id):
-                    control.abort(data.get("reason") or "aborted from another process")
-                return
-            msgs = tuple(message_from_dict(d) for d in data)
+            msgs = tuple(message_from_dict(d) for d in json.loads(m.data))
         except Exception:
             _log.warning("dropped an unreadable mail %s of session %s", m.mail_id,
                          m.session_id, exc_info=True)
             return
-        control.offer(msgs, steer=m.kind == "steer")
+        entry.control.offer(msgs, steer=m.kind == "steer")
+
+    def _drop(self, m: Mail) -> None:
+        try:
+            self._ops.drop(m.mail_id, m.session_id)
+        except Exception:
+            _log.warning("could not drop mail %s", m.mail_id, exc_info=True)
 
 
 _watchers: weakref.WeakKeyDictionary[object, _Watcher] = weakref.WeakKeyDictionary()

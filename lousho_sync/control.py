@@ -60,6 +60,11 @@ class TurnControl:
         """The next event sequence number of this run."""
         return next(self._seq)
 
+    def rewind_seq(self, seq: int) -> None:
+        """Make ``seq`` the next sequence number handed out (a run whose last events were
+        written elsewhere first, or that reads another turn's events)."""
+        self._seq = itertools.count(seq)
+
     # --- queued input ------------------------------------------------------------------
     def offer(self, messages: tuple[Message, ...], *, steer: bool, token: object = None) -> bool:
         """Queue input into the turn; False when the turn no longer takes input."""

@@ -45,7 +45,7 @@ from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
 from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
-from .turns import SessionTurn, drive
+from .turns import SessionTurn, drive, keyed_turn, note_keyed
 
 __all__ = ["Session", "TurnPolicy", "check_attach_args", "new_session_id", "validate_session_id"]
 
@@ -171,10 +171,11 @@ class Session:
 
         With ``idempotency_key`` (a non-empty str of at most 200 characters), a second call
         with the same key within ``idempotency_ttl_s`` (any process sharing the store) runs
-        no second turn: it waits for the running turn that used the key, then returns that
-        turn's committed result from the store (``result.replayed``). A turn that failed
-        without progress frees its key. A keyed call waits for a running turn under every
-        policy but ``"reject"``.
+        no second turn: while the turn that used the key runs, it attaches to it (its events
+        and its result, read from the event log); once that turn is committed it returns its
+        result from the store (``result.replayed`` either way). A turn that failed without
+        progress frees its key. A keyed call waits for another key's running turn under
+        every policy but ``"reject"``.
         """
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         driver, _, _ = self._start(_messages_of(input), signal, approve, driven=True, key=key)
@@ -186,7 +187,9 @@ class Session:
         idempotency_key: str | None = None,
     ) -> AgentRun:
         """The same turn as an :class:`AgentRun`; it joins the queue now
-        (``idempotency_key``: as for :meth:`send`; a replayed run yields only ``run.done``)."""
+        (``idempotency_key``: as for :meth:`send`; a run attached to its key's running turn
+        yields that turn's events, with its ``turn_id`` and seqs; a replayed one only
+        ``run.done``)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         driver, control, discard = self._start(_messages_of(input), signal, None, key=key)
         return AgentRun(driver, control, on_discard=discard)
@@ -199,14 +202,20 @@ class Session:
         thread whether or not anyone reads it; its events go to the store's event log.
         Iterating the run reads them live (leaving the loop does not abort the turn);
         ``run.turn_id`` names it for :meth:`attach`; ``run.abort()`` aborts it.
-        ``idempotency_key``: as for :meth:`send` (a replayed run ends at once)."""
+        ``idempotency_key``: as for :meth:`send` (while the key's turn runs, the handle is
+        attached to it and ``run.turn_id`` is that turn's; a replayed run ends at once)."""
         key = None if idempotency_key is None else idem.check_key(idempotency_key)
         log = self._event_log()
+        running = None if key is None else keyed_turn(log, self._id, key)
+        if running is not None:  # a retry while the key's turn runs: attach to it
+            return self._attached(log, running.turn_id, -1, takeover=True, replay=True)
         driver, control, discard = self._start(_messages_of(input), signal, None, driven=True,
-                                               key=key)
+                                               key=key, detached=True)
         control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
         publisher = log.begin(inner.run_id, self._id, self._state.owner)
+        if key is not None:
+            note_keyed(self._id, key, control)
         return StartedRun(inner, log, publisher)
 
     def attach(
@@ -216,9 +225,10 @@ class Session:
         until the turn ends (``run.done``) or pauses (``approval.requested``), from any
         process that shares the store. ``turn_id`` None: the session's latest turn.
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
-        or never existed. ``takeover``: when the turn's driving process dies, this process
-        resumes the turn from its checkpoint and drives it (its events go on, after a
-        ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
+        or never existed. ``takeover``: when the turn's driving process dies, or no longer
+        holds the session's lease (stopped past it, or on another host and gone), this
+        process resumes the turn from its checkpoint and drives it (its events go on, after
+        a ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
         check_attach_args(turn_id, after)
         log = self._event_log()
         head = log.latest(self._id) if turn_id is None else log.head(turn_id)
@@ -229,15 +239,51 @@ class Session:
                 f"ended more than event_ttl_s={self.event_ttl_s:g} s ago)",
                 turn_id=turn_id, session_id=self._id,
             )
-        return AttachedRun(log, head.turn_id, after,
-                           idle=self._take_over_if_dead if takeover else None,
-                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid))
+        return self._attached(log, head.turn_id, after, takeover=takeover)
 
-    def _take_over_if_dead(self, head: TurnHead) -> bool:
-        if head.status == "running" and owner_is_dead(head.owner):
-            take_over(head, self._event_log(), self._state.owner, self._resume_driver,
-                      self._committed)
-        return False  # the reader reads on: the events come through the log
+    def _attached(self, log: EventLog, turn_id: str, after: int, *, takeover: bool,
+                  replay: bool = False) -> AttachedRun:
+        return AttachedRun(log, turn_id, after,
+                           idle=self._take_over_watch() if takeover else None,
+                           abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid),
+                           replay=replay)
+
+    def _take_over_watch(self) -> Callable[[TurnHead], bool]:
+        """A reader's check, each time its turn was quiet for a while: when the turn's driver
+        died (its process is gone from this host) or no longer holds the session's lease
+        (it expired: the driver was stopped past it, or ran on another host and stopped
+        renewing it — seen at two checks in a row, so a turn between its lease's release
+        and its last event is left alone), take the turn over."""
+        lapsed: set[str] = set()
+
+        def check(head: TurnHead) -> bool:
+            if head.status != "running":
+                return False
+            if owner_is_dead(head.owner) or self._lease_lapsed(head.owner, lapsed):
+                take_over(head, self._event_log(), self._state.owner, self._resume_driver,
+                          self._committed)
+            return False  # the reader reads on: the events come through the log
+
+        return check
+
+    def _lease_lapsed(self, owner: str, lapsed: set[str]) -> bool:
+        leasable = self._state.leasable
+        if owner == self._state.owner or leasable is None:
+            return False
+        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay
+            held = leasable.lease_held(self._id)
+        else:  # a store without the query: try the lease under a throwaway owner
+            probe = make_owner()
+            held = not leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0)
+            if not held:
+                leasable.release_lease(self._id, owner=probe)
+        if held:
+            lapsed.discard(owner)
+            return False
+        if owner in lapsed:
+            return True
+        lapsed.add(owner)
+        return False
 
     def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
         control = TurnControl()
@@ -345,6 +391,7 @@ class Session:
         *,
         driven: bool = False,
         key: str | None = None,
+        detached: bool = False,
     ) -> tuple[DriverFactory, TurnControl, Callable[[], None] | None]:
         """The turn policy's decision on ``msgs``: a driver that joins the running turn,
         or a new :class:`SessionTurn` queued now (``driven``: by this caller, at once)."""
@@ -378,15 +425,22 @@ class Session:
             ticket = (Ticket(next(st.seq), Turn(control), caller=None, started=True) if driven
                       else Ticket(next(st.seq), Turn(control)))
             st.waiting.append(ticket)
-        return self._turn(ticket, msgs, signal, approve).run, control, lambda: st.cancel(ticket)
+        # a keyed turn writes its events to the event log (a retry of its key attaches to
+        # it); a detached one does so already
+        log = self._event_log() if key is not None and not detached else None
+        if log is not None:
+            control.logged = True  # its commit records its id (see _committed)
+        return (self._turn(ticket, msgs, signal, approve, log).run, control,
+                lambda: st.cancel(ticket))
 
     def _turn(
         self, ticket: Ticket, msgs: tuple[Message, ...], signal: Signal | None,
-        approve: ApproveCallback | None,
+        approve: ApproveCallback | None, log: EventLog | None = None,
     ) -> SessionTurn:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
                            limits=self.limits, wait_for_lease=self.turn_policy != "reject",
-                           idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy)
+                           idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy,
+                           log=log)
 
     def _join_driver(
         self,
@@ -551,7 +605,8 @@ class Session:
         check_keep_last(keep_last)
         with self._p.exclusive("compact()") as hold:
             self._p.refuse_if_pending("compact()")
-            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits)
+            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits,
+                                        self.idempotency_ttl_s)
 
     def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
         """Estimated input tokens of the next model call: system prompt, tool specs,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ import attrs
 
 from . import _idempotency as idem
 from . import _mailbox as mailbox
-from ._eventlog import seal_turn
+from ._eventlog import EventLog, Publisher, decode, seal_turn
 from ._lease_hold import LeaseHold
 from ._session_parts import SessionParts
 from ._session_state import Ticket
@@ -49,7 +50,7 @@ from .errors import (
     StoreConflictError,
     StoreCorruptError,
 )
-from .events import RunEvent
+from .events import RunDone, RunEvent, RunFailed, RunStart
 from .executor import Turn, TurnAborted, TurnEnv, TurnWriter, checkpoint_of
 from .inputs import to_messages
 from .limits import Limits
@@ -58,6 +59,7 @@ from .providers.base import Provider
 from .records import Checkpoint, one_shot_key, session_key
 from .results import ExecutionResult
 from .signal import Signal, link
+from .stores._events import TurnHead
 from .stores._mail import MailOps
 from .stores.base import ApprovalStore, CheckpointStore
 from .tools import Tool
@@ -69,6 +71,8 @@ __all__ = [
     "SessionTurn",
     "aborted_result",
     "drive",
+    "keyed_turn",
+    "note_keyed",
     "one_shot",
     "play",
     "play_linked",
@@ -230,8 +234,8 @@ class SessionTurn:
     continuations). The one thing ``send``, ``stream`` and ``resume`` run; driven by one
     thread at a time through :meth:`run`."""
 
-    __slots__ = ("_approve", "_emit_pending", "_idem_ttl_s", "_input", "_limits", "_p",
-                 "_policy", "_signal", "_ticket", "_wait")
+    __slots__ = ("_approve", "_emit_pending", "_idem_ttl_s", "_input", "_limits", "_log",
+                 "_p", "_policy", "_signal", "_ticket", "_wait")
 
     def __init__(
         self,
@@ -246,8 +250,10 @@ class SessionTurn:
         idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
         policy: str = "wait",
         emit_pending: bool = False,
+        log: EventLog | None = None,
     ) -> None:
         self._p = parts
+        self._log = log
         self._policy = policy
         self._emit_pending = emit_pending
         self._idem_ttl_s = idempotency_ttl_s
@@ -273,8 +279,17 @@ class SessionTurn:
         mail_id: str | None = None
         unregister: Callable[[], None] | None = None
         result: ExecutionResult | None
+        attached: ExecutionResult | None = None
+        log = self._log if key is not None and msgs is not None else None
         try:
-            if not st.wait_for_slot(self._ticket, control.signal):
+            if log is not None and st.busy:  # this process runs a turn: is it the key's?
+                assert key is not None
+                attached = yield from self._attach(log, key, control, emit, None)
+                if attached is not None:
+                    st.cancel(self._ticket)
+            if attached is not None:
+                result = attached
+            elif not st.wait_for_slot(self._ticket, control.signal):
                 result = aborted_result(control)
             else:
                 hold = st.hold(self._p.lease_ttl_s)
@@ -284,6 +299,10 @@ class SessionTurn:
                             and key is None and self._policy in ("queue", "steer", "rollback"):
                         got, mail_id, msgs = self._through_mailbox(mail, hold, control, msgs)
                         key = mail_id
+                    elif hold is not None and log is not None and self._wait:
+                        assert key is not None
+                        got, attached = yield from self._lease_or_attach(log, key, hold,
+                                                                         control, emit)
                     else:
                         first = (self._first_state(control, msgs)
                                  if key is None and self._p.saving is not None else None)
@@ -296,7 +315,9 @@ class SessionTurn:
                         _quiet_drop(mail, mail_id, self._p.id)
                     if hold is not None and got and mail is not None:
                         unregister = mailbox.register(mail, self._p.id, control)
-                    if not got:
+                    if attached is not None:
+                        result = attached
+                    elif not got:
                         result = aborted_result(control)
                     elif hold is not None and hold.saved and first is not None:
                         # the cache was current and no turn pended (checked in the lease's
@@ -326,13 +347,24 @@ class SessionTurn:
                             try:
                                 if self._p.base.compaction is not None:
                                     self._p.maybe_compact(msgs, control.signal, hold,
-                                                          self._limits)
-                                result = yield from self._new_turn(control, msgs, hold, emit)
+                                                          self._limits, self._idem_ttl_s)
+                                publisher = None
+                                if log is not None:
+                                    assert key is not None
+                                    publisher = log.begin(control.run_id, self._p.id, st.owner)
+                                    note_keyed(self._p.id, key, control)
+                                play = self._new_turn(control, msgs, hold,
+                                                      emit or publisher is not None)
+                                if publisher is not None:
+                                    play = _published(play, publisher, control, emit)
+                                result = yield from play
                             except LoushoError as exc:
                                 exc.turn, exc.resumed = "own", resumed
                                 raise
                             if resumed is not None:
                                 result = attrs.evolve(result, resumed=resumed)
+                            if publisher is not None:
+                                _publish_end(publisher, control, result)
                 finally:
                     if unregister is not None:
                         unregister()
@@ -355,6 +387,79 @@ class SessionTurn:
             control.close()
             st.release_slot(turn)
 
+    def _lease_or_attach(
+        self, log: EventLog, key: str, hold: LeaseHold, control: TurnControl, emit: bool
+    ) -> Generator[RunEvent, None, tuple[bool, ExecutionResult | None]]:
+        """Take the lease for a keyed call; while another process holds it, attach to its
+        running turn when that is the turn of ``key`` (see :meth:`_attach`). Returns (the
+        lease is taken, the attached turn's result)."""
+        try:
+            return hold.acquire(wait=False), None
+        except SessionBusyError:
+            pass
+        taken: list[bool] = []
+
+        def try_lease() -> bool:
+            try:
+                got = hold.acquire(wait=False)
+            except SessionBusyError:
+                return False
+            taken.append(got)
+            return got
+
+        attached = yield from self._attach(log, key, control, emit, try_lease)
+        if attached is not None:
+            return False, attached
+        if taken:
+            return True, None
+        return hold.acquire(wait=True, signal=control.signal), None
+
+    def _attach(
+        self, log: EventLog, key: str, control: TurnControl, emit: bool,
+        try_lease: Callable[[], bool] | None,
+    ) -> Generator[RunEvent, None, ExecutionResult | None]:
+        """A keyed call meeting the running turn of its key (it writes its events to the
+        event log, see :func:`_published`) attaches to it: yields its events (as that turn's,
+        ``turn_id`` and ``seq``) and returns its result (``replayed``). None when the running
+        turn is not the key's, or it ended without a result to give (it failed or was
+        aborted: the key is free, or the pending turn is finished under the lease), or the
+        lease was taken meanwhile (``try_lease``, tried whenever the log is quiet: its holder
+        went away)."""
+        head = keyed_turn(log, self._p.id, key)
+        if head is None:
+            return None
+
+        def idle(_: object) -> bool:  # nothing new a while: aborted, or the owner gone?
+            if control.signal.aborted:
+                return True
+            return try_lease is not None and try_lease()
+
+        own_id, last = control.run_id, -1
+        done: RunDone | None = None
+        try:
+            for event in log.follow(head.turn_id, -1, idle=idle):
+                if isinstance(event, RunDone):
+                    done = event
+                    break
+                if isinstance(event, RunFailed):
+                    continue
+                last = event.seq
+                if emit:
+                    control.run_id = head.turn_id  # this run reads that turn
+                    yield event
+        except LoushoError:
+            _log.warning("could not follow turn %s of the event log", head.turn_id,
+                         exc_info=True)
+        if done is not None and done.result is not None and done.finish_reason != "aborted":
+            control.run_id = head.turn_id
+            control.rewind_seq(done.seq)
+            return attrs.evolve(done.result, replayed=True, joined=False)
+        if control.signal.aborted:
+            return aborted_result(control)
+        control.run_id = own_id  # this call goes on as its own turn (or a replay)
+        control.rewind_seq(last + 1)
+        return None
+
     def _through_mailbox(
         self, mail: MailOps, hold: LeaseHold, control: TurnControl, msgs: tuple[Message, ...]
     ) -> tuple[bool, str | None, tuple[Message, ...]]:
@@ -365,16 +470,17 @@ class SessionTurn:
             return hold.acquire(wait=False), None, msgs
         except SessionBusyError:
             pass
-        mail_id: str | None = None
         if self._policy == "rollback":
-            mailbox.post_abort(mail, self._p.id, "rollback", None)
-        else:
-            mail_id = mailbox.mail_key()
-            msgs = idem.claim(msgs, mail_id)
-            mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
-                               mail_id=mail_id, poster=hold.owner)
-            return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
-        return hold.acquire(wait=True, signal=control.signal), mail_id, msgs
+            abort_id = mailbox.post_abort(mail, self._p.id, "rollback", None)
+            try:
+                return hold.acquire(wait=True, signal=control.signal), None, msgs
+            finally:  # the turn it was for is over: never let it stop this call's own turn
+                _quiet_drop(mail, abort_id, self._p.id)
+        mail_id = mailbox.mail_key()
+        msgs = idem.claim(msgs, mail_id)
+        mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
+                           mail_id=mail_id, poster=hold.owner)
+        return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
 
     def _wait_in_line(self, mail: MailOps, hold: LeaseHold, control: TurnControl,
                       mail_id: str) -> bool:
@@ -502,6 +608,82 @@ class SessionTurn:
             with st.lock:
                 st.awaiting = result.approval_id
         return result
+
+
+_local_keys: weakref.WeakValueDictionary[tuple[str, str], TurnControl] = (
+    weakref.WeakValueDictionary())
+"""The keyed turns running in this process, by (session id, key): their events may not be
+written to the log yet (the publisher writes from a thread of its own)."""
+
+
+def note_keyed(session_id: str, key: str, control: TurnControl) -> None:
+    """Say that ``control``'s turn, running in this process, is the turn of ``key``."""
+    _local_keys[(session_id, key)] = control
+
+
+def keyed_turn(log: EventLog, session_id: str, key: str) -> TurnHead | None:
+    """The head of the session's running turn when it is the turn of idempotency key
+    ``key`` (its ``run.start`` in the event log claims it), else None."""
+    local = _local_keys.get((session_id, key))
+    if local is not None:
+        head = log.head(local.run_id)
+        if head is not None and head.session_id == session_id and head.ended_at is None:
+            return head
+    head = log.latest(session_id)
+    if head is None or head.ended_at is not None:
+        return None
+    try:
+        rows = log.ops.read(head.turn_id, -1, 1)
+        first = decode(rows[0][1], head.turn_id, rows[0][0]) if rows else None
+    except Exception:
+        _log.warning("could not read turn %s of the event log", head.turn_id, exc_info=True)
+        return None
+    if not isinstance(first, RunStart) or key_of(first.input) != key:
+        return None
+    return head
+
+
+def _published(
+    play: Generator[RunEvent, None, ExecutionResult], publisher: Publisher,
+    control: TurnControl, emit: bool,
+) -> Generator[RunEvent, None, ExecutionResult]:
+    """``play`` writing each event to the event log (a keyed turn: a retry of its key
+    attaches to it), yielding them only when the caller reads events. A failure is written
+    as the caller's run reports it (``error``, then ``run.done``, with the same seqs)."""
+    try:
+        while True:
+            try:
+                event = next(play)
+            except StopIteration as stop:
+                result: ExecutionResult = stop.value
+                return result
+            publisher.publish(event)
+            if emit:
+                yield event
+    except GeneratorExit:
+        play.close()
+        seq = control.next_seq()
+        publisher.publish(RunDone(run_id=control.run_id, seq=seq, finish_reason="aborted",
+                                  result=None))
+        publisher.close()
+        raise
+    except BaseException as exc:
+        seq = control.next_seq()
+        publisher.publish(RunFailed(run_id=control.run_id, seq=seq, error=exc))
+        publisher.publish(RunDone(run_id=control.run_id, seq=seq + 1, finish_reason="error",
+                                  result=None))
+        publisher.close()
+        control.rewind_seq(seq)
+        raise
+
+
+def _publish_end(publisher: Publisher, control: TurnControl, result: ExecutionResult) -> None:
+    """Write the turn's ``run.done`` to the log with the seq its caller's run gives it."""
+    seq = control.next_seq()
+    publisher.publish(RunDone(run_id=control.run_id, seq=seq,
+                              finish_reason=result.finish_reason, result=result))
+    publisher.close()
+    control.rewind_seq(seq)
 
 
 def _quiet_drop(mail: MailOps | None, mail_id: str, session_id: str) -> None:

@@ -66,18 +66,25 @@ def main() -> None:
     if role == "holder":
         hold_lease(kind, root)
         return
-    if role.startswith("line:"):  # tell the test when the input is in the mailbox
+    if role.startswith(("line:", "rollback:")):  # say when the mail is in the mailbox
         import lousho_sync._mailbox as mailbox
 
-        posted = mailbox.post_input
+        posted_input, posted_abort = mailbox.post_input, mailbox.post_abort
 
         def post_input(*args: Any, **kw: Any) -> None:
-            posted(*args, **kw)
+            posted_input(*args, **kw)
             print("POSTED", flush=True)
 
+        def post_abort(*args: Any, **kw: Any) -> str:
+            mail_id = posted_abort(*args, **kw)
+            print("POSTED", flush=True)
+            return mail_id
+
         mailbox.post_input = post_input  # type: ignore[assignment]
+        mailbox.post_abort = post_abort  # type: ignore[assignment]
     policy = role if role in ("queue", "steer", "rollback") else "wait"
-    policy = "queue" if role.startswith("line:") else policy
+    if ":" in role:
+        policy = "rollback" if role.startswith("rollback:") else "queue"
     script = [Step(text="never", gate=_Announced())] if role == "steerowner" else []
     agent = create_agent(provider=ScriptedProvider(script, default=answer), tools=[hold],
                          store=make_store(kind, Path(root)))
@@ -94,7 +101,7 @@ def main() -> None:
         return
     if role == "startowner":
         r = session.start("A").result()
-    elif role.startswith("line:"):
+    elif ":" in role:
         r = session.send(role.partition(":")[2])
     else:
         r = session.send("A" if role.endswith("owner") else "B")

@@ -10,10 +10,11 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
-from conftest import STORE_KINDS, run_together
+from conftest import STORE_KINDS, read_line, run_together
 from crash_child import make_store
 
 import lousho_aio
@@ -228,3 +229,144 @@ def test_start_takes_the_key_and_a_retry_replays_the_detached_turn(tmp_path: Pat
     again = s.start("hi", idempotency_key="k").result()
     assert first.replayed is False and again.replayed is True and _same(first, again)
     assert prov.calls == 1 and texts(s.messages) == ["user:hi", "assistant:re: hi"]
+
+
+MAILBOX_KINDS = ["sqlite", "files", "redis", "postgres"]
+
+
+def _idem(kind: str, root: Path, role: str) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, str(HERE / "idem_child.py"), kind, str(root),
+                          "shared", "order-42", role],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert read_line(p) == "ready"
+    return p
+
+
+def _line(p: subprocess.Popen[str], text: str = "go") -> None:
+    assert p.stdin is not None
+    p.stdin.write(text + "\n")
+    p.stdin.flush()
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_retry_in_another_process_attaches_to_the_running_turn_of_its_key(
+    kind: str, tmp_path: Path
+) -> None:
+    owner = _idem(kind, tmp_path, "held")
+    procs = [owner]
+    try:
+        _line(owner)
+        assert read_line(owner) == "IN_TOOL"  # the keyed turn runs (its tool is held)
+        retry = _idem(kind, tmp_path, "stream")
+        procs.append(retry)
+        _line(retry)
+        seen = json.loads(read_line(retry))  # read while the turn runs
+        assert [e["event"] for e in seen] == ["run.start", "step.start", "usage", "tool.call"]
+        _line(owner, "release the tool")
+        out_a, err_a = owner.communicate(timeout=60)
+        out_b, err_b = retry.communicate(timeout=60)
+        assert owner.returncode == 0 and retry.returncode == 0, err_a + err_b
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    a = json.loads(out_a.strip().splitlines()[-1])
+    b = json.loads(out_b.strip().splitlines()[-1])
+    events = b["events"]
+    assert a["replayed"] is False and b["replayed"] is True
+    assert b["run_id"] == a["run_id"] and b["text"] == a["text"] == "done: paid 10"
+    assert b["messages"] == a["messages"]
+    # the retry read that turn's events, as that turn's (its id, its seqs), to run.done
+    assert [e["event"] for e in events] == [
+        "run.start", "step.start", "usage", "tool.call", "tool.result", "step.start",
+        "text.delta", "usage", "run.done"]
+    assert {e["turn_id"] for e in events} == {a["run_id"]}
+    assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})
+    messages = create_agent(provider=ScriptedProvider(default="x"),
+                            store=make_store(kind, tmp_path)).session(id="shared").messages
+    assert texts(messages) == ["user:pay 10", "assistant:", "tool:paid 10",
+                               "assistant:done: paid 10"]
+
+
+def test_a_retry_in_this_process_attaches_to_the_running_turn_of_its_key(
+    tmp_path: Path,
+) -> None:
+    gate, reached = threading.Event(), threading.Event()
+
+    @tool
+    def held_pay(amount: int) -> str:
+        """Pay, once let through."""
+        reached.set()
+        gate.wait(60)
+        return f"paid {amount}"
+
+    prov = ScriptedProvider([Step(tool_calls=(ToolCall("c1", "held_pay", {"amount": 10}),)),
+                             "paid it"], default="never")
+    s = create_agent(provider=prov, tools=[held_pay],
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    first: list[object] = []
+    t = threading.Thread(target=lambda: first.append(s.send("pay 10", idempotency_key="k")))
+    t.start()
+    assert reached.wait(60)
+    retry = s.stream("pay 10", idempotency_key="k")
+    events = iter(retry)
+    assert next(events).type == "run.start"  # read while the first call's turn runs
+    gate.set()
+    rest = [e.type for e in events]
+    t.join(60)
+    result = retry.result()
+    assert rest[-1] == "run.done" and "tool.result" in rest
+    assert result.replayed is True and _same(result, first[0])
+    assert retry.turn_id == result.run_id and prov.calls == 2
+
+
+def test_a_keyed_start_while_its_turn_runs_attaches_to_it(tmp_path: Path) -> None:
+    gate = threading.Event()
+    prov = ScriptedProvider([Step(text="slow", gate=gate)], default="never")
+    s = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db")).session(id="u1")
+    first = s.start("hi", idempotency_key="k")
+    events = iter(first)
+    assert next(events).type == "run.start"
+    again = s.start("hi", idempotency_key="k")
+    assert again.turn_id == first.turn_id  # the same turn, not a second one
+    gate.set()
+    a, b = first.result(timeout=60), again.result(timeout=60)
+    assert a.replayed is False and b.replayed is True and _same(a, b) and prov.calls == 1
+
+
+def test_a_key_stays_used_after_compaction_summarised_its_turn(tmp_path: Path) -> None:
+    prov = ScriptedProvider(["paid it", "one", "two", "SUMMARY A", "three", "SUMMARY B"],
+                            default="never")
+    db = tmp_path / "agent.db"
+    s = create_agent(provider=prov, store=SqliteStore(db)).session(id="u1")
+    first = s.send("pay 10", idempotency_key="order-7")
+    s.send("a")
+    s.send("b")
+    assert s.compact(keep_last=2) is True  # the keyed turn is now in the summary
+    assert "order-7" not in str([m.text for m in s.messages])
+    calls = prov.calls
+    again = s.send("pay 10", idempotency_key="order-7")
+    assert again.replayed is True and prov.calls == calls
+    assert (again.text, again.run_id, again.steps, again.usage, again.finish_reason) == (
+        first.text, first.run_id, first.steps, first.usage, first.finish_reason)
+    assert again.messages == ()  # they were summarised (session.history() has them)
+    s.send("c")
+    assert s.compact(keep_last=2) is True  # a summary of the summary carries it on
+    other = create_agent(provider=ScriptedProvider(default="never again"),
+                         store=SqliteStore(db)).session(id="u1")
+    replay = other.send("pay 10", idempotency_key="order-7")
+    assert replay.replayed is True and replay.text == "paid it"
+    assert replay.run_id == first.run_id and len(other.messages) == 3
+
+
+def test_compaction_drops_a_key_past_its_ttl(tmp_path: Path) -> None:
+    prov = ScriptedProvider(["paid it", "one", "SUMMARY"], default="again")
+    agent = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db"))
+    s = agent.session(id="u1", idempotency_ttl_s=1e-9)
+    s.send("pay 10", idempotency_key="order-7")
+    s.send("a")
+    assert s.compact(keep_last=2) is True
+    # the key was past its TTL: the summary kept nothing of it, even for a longer TTL now
+    long = agent.session(id="u1")
+    assert long.send("pay 10", idempotency_key="order-7").replayed is False

@@ -347,9 +347,10 @@ def _reap(procs: list[subprocess.Popen[str]]) -> None:
             p.wait()
 
 
-def _line(kind: str, root: Path, label: str) -> subprocess.Popen[str]:
-    """A process sending ``label`` with "queue"; returns once its input is in the mailbox."""
-    p = _spawn(f"line:{label}", kind, root)
+def _line(kind: str, root: Path, label: str, policy: str = "line") -> subprocess.Popen[str]:
+    """A process sending ``label`` with "queue" (or "rollback"); returns once its mail is in
+    the mailbox."""
+    p = _spawn(f"{policy}:{label}", kind, root)
     _go(p)
     assert read_line(p) == "POSTED"
     return p
@@ -399,6 +400,25 @@ def test_the_input_of_a_sender_killed_while_it_waited_is_not_stored(
         assert store.sessions.mail_ops().line("mailbox") == []  # nothing of P1 is left
     finally:
         _close(store)
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_rollback_whose_turn_ended_before_its_abort_was_taken_runs_its_input(
+    kind: str, tmp_path: Path
+) -> None:
+    holder = _spawn("holder", kind, tmp_path)  # the lease is held, but nobody takes mail
+    procs = [holder]
+    try:
+        _go(holder)
+        assert read_line(holder) == "HELD"
+        procs.append(_line(kind, tmp_path, "B", "rollback"))  # its abort is in the mailbox
+        _go(holder)  # what it would abort ends first
+        assert _result(holder) == {"released": True}
+        b = _result(procs[1])
+    finally:
+        _reap(procs)
+    assert b["finish"] == "stop" and b["text"] == "saw: B"  # its own turn was not aborted
+    assert _messages(kind, tmp_path) == [("user", "B"), ("assistant", "saw: B")]
 
 
 def test_the_owner_drops_input_whose_sender_died_before_it_was_taken() -> None:

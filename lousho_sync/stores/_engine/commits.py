@@ -89,6 +89,7 @@ def commit_token(id: str, fence: Fence | None, release: bool) -> int:
         )
     return token
 
+
 class CommitRules:
     """``commit_turn`` of a combined store over the primitive in ``_commits``."""
 
