@@ -605,7 +605,8 @@ class Session:
         check_keep_last(keep_last)
         with self._p.exclusive("compact()") as hold:
             self._p.refuse_if_pending("compact()")
-            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits)
+            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits,
+                                        self.idempotency_ttl_s)
 
     def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
         """Estimated input tokens of the next model call: system prompt, tool specs,

@@ -347,7 +347,7 @@ class SessionTurn:
                             try:
                                 if self._p.base.compaction is not None:
                                     self._p.maybe_compact(msgs, control.signal, hold,
-                                                          self._limits)
+                                                          self._limits, self._idem_ttl_s)
                                 publisher = None
                                 if log is not None:
                                     assert key is not None

@@ -333,3 +333,40 @@ def test_a_keyed_start_while_its_turn_runs_attaches_to_it(tmp_path: Path) -> Non
     gate.set()
     a, b = first.result(timeout=60), again.result(timeout=60)
     assert a.replayed is False and b.replayed is True and _same(a, b) and prov.calls == 1
+
+
+def test_a_key_stays_used_after_compaction_summarised_its_turn(tmp_path: Path) -> None:
+    prov = ScriptedProvider(["paid it", "one", "two", "SUMMARY A", "three", "SUMMARY B"],
+                            default="never")
+    db = tmp_path / "agent.db"
+    s = create_agent(provider=prov, store=SqliteStore(db)).session(id="u1")
+    first = s.send("pay 10", idempotency_key="order-7")
+    s.send("a")
+    s.send("b")
+    assert s.compact(keep_last=2) is True  # the keyed turn is now in the summary
+    assert "order-7" not in str([m.text for m in s.messages])
+    calls = prov.calls
+    again = s.send("pay 10", idempotency_key="order-7")
+    assert again.replayed is True and prov.calls == calls
+    assert (again.text, again.run_id, again.steps, again.usage, again.finish_reason) == (
+        first.text, first.run_id, first.steps, first.usage, first.finish_reason)
+    assert again.messages == ()  # they were summarised (session.history() has them)
+    s.send("c")
+    assert s.compact(keep_last=2) is True  # a summary of the summary carries it on
+    other = create_agent(provider=ScriptedProvider(default="never again"),
+                         store=SqliteStore(db)).session(id="u1")
+    replay = other.send("pay 10", idempotency_key="order-7")
+    assert replay.replayed is True and replay.text == "paid it"
+    assert replay.run_id == first.run_id and len(other.messages) == 3
+
+
+def test_compaction_drops_a_key_past_its_ttl(tmp_path: Path) -> None:
+    prov = ScriptedProvider(["paid it", "one", "SUMMARY"], default="again")
+    agent = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db"))
+    s = agent.session(id="u1", idempotency_ttl_s=1e-9)
+    s.send("pay 10", idempotency_key="order-7")
+    s.send("a")
+    assert s.compact(keep_last=2) is True
+    # the key was past its TTL: the summary kept nothing of it, even for a longer TTL now
+    long = agent.session(id="u1")
+    assert long.send("pay 10", idempotency_key="order-7").replayed is False
