@@ -25,7 +25,7 @@ from lousho_sync.stores._mail import MailOps, MailPush
 from lousho_sync.stores.memory import memory_store
 
 HERE = Path(__file__).resolve().parent
-MAILBOX_KINDS = ["sqlite", "files", "redis", "postgres"]  # the stores with a mailbox of their own
+MAILBOX_KINDS = ["sqlite", "files", "redis", "postgres", "encrypted-sqlite"]  # with a mailbox
 PUSH_KINDS = ["redis", "postgres"]  # the shared stores that wake the owner (not polled)
 
 
