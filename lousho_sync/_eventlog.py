@@ -234,6 +234,11 @@ def committed_turn(messages: Sequence[Message], turn_id: str) -> ExecutionResult
     return None
 
 
+_CLOSE_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+"""The pauses between the last tries of a closing publisher to write what a failed write
+left (its ``run.done``, say), before its readers are let go without it (seconds)."""
+
+
 # --- threads ------------------------------------------------------------------------------------
 _IDLE_S = 10.0
 """How long a finished worker thread waits for the next task before it ends."""
@@ -576,7 +581,13 @@ class Publisher:
             writer = self._writer
         if writer is not None:
             writer.wait()
-        self.flush()  # what a failed write left, or what came after the thread ended
+        # what a failed write left, or what came after the thread ended: the turn's end is
+        # handed to local readers (and result()) once stored, so a store that failed a
+        # write gets a few more tries before they are let go without it
+        for delay in (*_CLOSE_RETRY_S, None):
+            if self.flush() or delay is None:
+                break
+            time.sleep(delay)
         with self._lock:
             self._finished = True
             self._readable.notify_all()

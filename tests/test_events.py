@@ -33,6 +33,8 @@ from lousho_sync import (
     parse_event_id,
 )
 from lousho_sync._eventlog import EventLog
+from lousho_sync.errors import StoreUnavailableError
+from lousho_sync.sqlite import SqliteStore
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
 from lousho_sync.stores.base import StoreCapabilities
 
@@ -128,6 +130,40 @@ def test_event_id_round_trips_and_a_bad_id_is_refused() -> None:
 
 
 # --- one process, any store ----------------------------------------------------------------------
+def test_the_turn_is_over_for_current_turn_once_its_end_was_read_or_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the driving process reads run.done (and result() returns) only once the store says the
+    # turn ended, even when the store failed the writes of that end a few times
+    store = SqliteStore(tmp_path / "agent.db")
+    ops = store.sessions.event_ops()
+    real_append = ops.append
+    failed: list[str] = []
+
+    def append(turn_id: str, rows: Any, **kw: Any) -> bool:
+        if kw["status"] == "done" and len(failed) < 3:
+            failed.append(turn_id)
+            raise StoreUnavailableError("the store is away for a moment")
+        return real_append(turn_id, rows, **kw)
+
+    monkeypatch.setattr(ops, "append", append)
+    agent = create_agent(provider=ScriptedProvider([Step(chunks=["one ", "two"])]),
+                         store=store)
+    session = agent.session(id="s1")
+    session.event_interval_s = 60.0  # the writer makes no retry of its own before the end
+    run = session.start("hi")
+    turn_id, seq = run.turn_id, -1
+    for event in run:
+        seq = event.seq
+        if event.type == "step.start":
+            break
+    events = list(session.attach(turn_id, after=seq))
+    assert events[-1].type == "run.done" and session.current_turn() is None
+    assert run.result(timeout=CHILD_TIMEOUT).text == "one two"
+    assert session.current_turn() is None and len(failed) == 3
+    store.close()
+
+
 def test_leaving_a_started_runs_loop_does_not_abort_it() -> None:
     gate = threading.Event()
     provider = GatedProvider(ANSWER, 10, 3, gate)

@@ -57,9 +57,20 @@ def _owner_in_tool(kind: str, root: Path, role: str = "owner") -> subprocess.Pop
 
 
 def _messages(kind: str, root: Path) -> list[tuple[str, str]]:
-    s = create_agent(provider=ScriptedProvider(default="x"),
-                     store=make_store(kind, root)).session(id="mailbox")
-    return [(m.role, m.text) for m in s.messages]
+    store = make_store(kind, root)
+    try:
+        s = create_agent(provider=ScriptedProvider(default="x"), store=store).session(id="mailbox")
+        return [(m.role, m.text) for m in s.messages]
+    finally:
+        _close(store)
+
+
+def _fence_token(kind: str, root: Path) -> Any:
+    store = make_store(kind, root)
+    try:
+        return store.sessions.fence_token("mailbox")
+    finally:
+        _close(store)
 
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
@@ -111,12 +122,12 @@ def test_abort_turn_from_another_process_stops_the_turn(kind: str, tmp_path: Pat
                 p.kill()
     assert b == {"asked": True} and a["finish"] == "aborted"
     assert _messages(kind, tmp_path) == []
-    token = make_store(kind, tmp_path).sessions.fence_token("mailbox")
+    token = _fence_token(kind, tmp_path)
     idle = _spawn("abort", kind, tmp_path)  # no turn runs now: nothing to abort
     _go(idle)
     assert _result(idle) == {"asked": False}
     # asking took no lease: the fence token of the session is the one A's turn had
-    assert make_store(kind, tmp_path).sessions.fence_token("mailbox") == token
+    assert _fence_token(kind, tmp_path) == token
 
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)

@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import re
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -250,6 +251,8 @@ class Db(Backend):
                 )
                 self.pool.open(wait=False)
                 _unclosed[self.pool] = os.getpid()
+                # a store dropped without close() closes its pool (see _close_dropped)
+                weakref.finalize(self, _close_dropped, self.pool, os.getpid()).atexit = False
             return self.pool
 
     # --- running ------------------------------------------------------------------------
@@ -330,6 +333,23 @@ class Db(Backend):
             pool, self.pool = self.pool, None
         if pool is not None and self.pid == os.getpid():
             pool.close()
+
+
+def _close_dropped(pool: ConnectionPool[Any], pid: int) -> None:
+    """Close the pool of a store that was garbage-collected unclosed, in a thread of its own:
+    the collection may run in one of the pool's own worker threads, which cannot join
+    themselves (psycopg_pool's finaliser would raise "cannot join current thread" there).
+    A pool inherited across a fork is left alone."""
+    if pool.closed or pid != os.getpid():
+        return
+    with contextlib.suppress(RuntimeError):  # interpreter shutdown: the atexit hook closes it
+        threading.Thread(target=_close_quietly, args=(pool,), daemon=True,
+                         name="lousho-pool-close").start()
+
+
+def _close_quietly(pool: ConnectionPool[Any]) -> None:
+    with contextlib.suppress(Exception):
+        pool.close(timeout=1.0)
 
 
 _unclosed: weakref.WeakKeyDictionary[ConnectionPool[Any], int] = weakref.WeakKeyDictionary()
