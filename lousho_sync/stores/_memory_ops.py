@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ..codec import approval_json_resolved_by, loads_message
+from ..codec import approval_json_resolved_by, dumps_checkpoint, loads_message
 from ..messages import Message
 from ..records import ApprovalRecord, Checkpoint, now
 from ._engine.backend import Backend
@@ -45,7 +45,8 @@ class Held:
 
 class MemoryState:
     """What the memory primitives keep, under ``lock``: per session the newest token, the
-    lease, the transcript, its revision and times; checkpoints by key (their JSON text);
+    lease, the transcript, its revision and times; checkpoints by key (the objects, or
+    JSON text written as text);
     approval rows by id ([json, status, reason, resolved_at])."""
 
     def __init__(self) -> None:
@@ -57,7 +58,7 @@ class MemoryState:
         self.revisions: dict[str, int] = {}
         self.times: dict[str, tuple[float, float]] = {}
         self.counter = itertools.count(1)
-        self.checkpoints: dict[str, str] = {}
+        self.checkpoints: dict[str, Checkpoint | str] = {}
         self.approvals: dict[str, list[Any]] = {}
 
     def refused(self, fenced_id: str | None, token: int) -> int:
@@ -134,17 +135,31 @@ class MemoryLeases(_Ops):
 
 
 class MemoryCheckpoints(_Ops):
-    """The checkpoint primitives: the JSON text by key."""
+    """The checkpoint primitives: the checkpoints themselves by key (frozen records; the
+    rules write and read them through ``keep`` and ``get_object``, no JSON), or the JSON
+    text written through ``put``; ``get`` gives the text either way."""
+
+    keeps_objects = True
 
     def get(self, key: str) -> str | None:
+        value = self.state.checkpoints.get(key)
+        return value if value is None or isinstance(value, str) else dumps_checkpoint(value)
+
+    def get_object(self, key: str) -> Checkpoint | str | None:
         return self.state.checkpoints.get(key)
 
     def put(self, key: str, session_id: str | None, text: str, fenced_id: str | None, token: int,
             checkpoint: Checkpoint) -> int:
+        return self._write(key, text, fenced_id, token)
+
+    def keep(self, key: str, fenced_id: str | None, token: int, checkpoint: Checkpoint) -> int:
+        return self._write(key, checkpoint, fenced_id, token)
+
+    def _write(self, key: str, value: Checkpoint | str, fenced_id: str | None, token: int) -> int:
         with self.state.lock:
             newest = self.state.refused(fenced_id, token)
             if not newest:
-                self.state.checkpoints[key] = text
+                self.state.checkpoints[key] = value
             return newest
 
     def drop(self, key: str, fenced_id: str | None, token: int) -> int:
@@ -203,7 +218,10 @@ class MemoryApprovals(_Ops):
 
 class MemoryCommits(_Ops):
     """The commit primitive: the fence check, the length check, the messages, the
-    checkpoint delete and the lease release in one step under the lock."""
+    checkpoint delete and the lease release in one step under the lock. It keeps the
+    messages themselves (frozen records): the rules hand them over without their JSON."""
+
+    keeps_objects = True
 
     def commit(self, op: CommitOp) -> object:
         messages = list(op.messages) or [loads_message(t) for t in op.texts]

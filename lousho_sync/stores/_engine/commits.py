@@ -26,7 +26,8 @@ class CommitOp:
     unfenced) exists, check that session ``id`` holds ``expected_length`` messages, append
     ``texts`` (codec JSON), delete checkpoint ``checkpoint_key`` (None: none) and, with
     ``release``, release the lease held under ``token``. ``messages``: what ``texts``
-    encode (a backend that keeps objects, the memory one, takes them as they are)."""
+    encode; a backend that keeps objects (``keeps_objects``, the memory one) takes them as
+    they are, and its ``texts`` are left empty (no JSON made)."""
 
     id: str
     texts: list[str]
@@ -63,6 +64,13 @@ class CommitOps(Protocol):
         """Write ``op`` in one transaction (or script): the session's new revision, or a
         :class:`Conflict` or :class:`Stale` outcome (nothing written then)."""
         ...
+
+
+def _texts(ops: CommitOps, messages: Sequence[Message]) -> list[str]:
+    """The codec JSON of ``messages`` for ``ops`` (none for a backend keeping objects)."""
+    if getattr(ops, "keeps_objects", False):
+        return []
+    return [dumps_message(m) for m in messages]
 
 
 def settle(backend: Backend, op: CommitOp, outcome: object) -> object:
@@ -109,7 +117,7 @@ class CommitRules:
         fence check, length check, append, checkpoint delete, lease release. Nothing is
         written when it raises. Returns the new ``sessions.revision(id)``."""
         token = commit_token(id, fence, release)
-        op = CommitOp(id, [dumps_message(m) for m in messages], expected_length,
+        op = CommitOp(id, _texts(self._commits, messages), expected_length,
                       checkpoint_key, token, release, messages)
         return settle(self._commits.backend, op, self._commits.commit(op))
 
@@ -134,7 +142,7 @@ class AppendRules:
         LeaseLostError when a newer lease token exists; nothing is written then.
         """
         validate_session_id(id)
-        op = CommitOp(id, [dumps_message(m) for m in messages], expected_length, None,
+        op = CommitOp(id, _texts(self._commits, messages), expected_length, None,
                       fence_token_of(fence, id), False, messages)
         settle(self._commits.backend, op, self._commits.commit(op))
 
