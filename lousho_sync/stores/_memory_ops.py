@@ -135,11 +135,14 @@ class MemoryLeases(_Ops):
 
 
 class MemoryCheckpoints(_Ops):
-    """The checkpoint primitives: the checkpoints themselves by key (frozen records; the
-    rules write and read them through ``keep`` and ``get_object``, no JSON), or the JSON
-    text written through ``put``; ``get`` gives the text either way."""
+    """The checkpoint primitives: the JSON text by key, as a shared backend keeps it (the
+    engine's test double: the rules' codec runs). With ``keeps_objects`` (the memory
+    stores) the rules hand over and take back the checkpoints themselves through ``keep``
+    and ``get_object``, no JSON; ``get`` gives the text either way."""
 
-    keeps_objects = True
+    def __init__(self, state: MemoryState, *, keeps_objects: bool = False) -> None:
+        super().__init__(state)
+        self.keeps_objects = keeps_objects
 
     def get(self, key: str) -> str | None:
         value = self.state.checkpoints.get(key)
@@ -218,13 +221,18 @@ class MemoryApprovals(_Ops):
 
 class MemoryCommits(_Ops):
     """The commit primitive: the fence check, the length check, the messages, the
-    checkpoint delete and the lease release in one step under the lock. It keeps the
-    messages themselves (frozen records): the rules hand them over without their JSON."""
+    checkpoint delete and the lease release in one step under the lock. It appends the
+    messages of ``op.texts`` (the engine's test double: the rules' encoding runs), or with
+    ``keeps_objects`` (the memory stores) ``op.messages`` themselves, frozen records the
+    rules hand over without their JSON."""
 
-    keeps_objects = True
+    def __init__(self, state: MemoryState, *, keeps_objects: bool = False) -> None:
+        super().__init__(state)
+        self.keeps_objects = keeps_objects
 
     def commit(self, op: CommitOp) -> object:
-        messages = list(op.messages) or [loads_message(t) for t in op.texts]
+        messages = (list(op.messages) if self.keeps_objects or not op.texts
+                    else [loads_message(t) for t in op.texts])
         state = self.state
         with state.lock:
             newest = state.refused(op.id, op.token)
