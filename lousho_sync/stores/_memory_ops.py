@@ -231,7 +231,7 @@ class MemoryCommits(_Ops):
         self.keeps_objects = keeps_objects
 
     def commit(self, op: CommitOp) -> object:
-        messages = (list(op.messages) if self.keeps_objects or not op.texts
+        messages = (op.messages if self.keeps_objects or not op.texts
                     else [loads_message(t) for t in op.texts])
         state = self.state
         with state.lock:
