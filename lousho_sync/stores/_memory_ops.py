@@ -160,14 +160,14 @@ class MemoryCheckpoints(_Ops):
 
     def _write(self, key: str, value: Checkpoint | str, fenced_id: str | None, token: int) -> int:
         with self.state.lock:
-            newest = self.state.refused(fenced_id, token)
+            newest = self.state.refused(fenced_id, token) if token else 0
             if not newest:
                 self.state.checkpoints[key] = value
             return newest
 
     def drop(self, key: str, fenced_id: str | None, token: int) -> int:
         with self.state.lock:
-            newest = self.state.refused(fenced_id, token)
+            newest = self.state.refused(fenced_id, token) if token else 0
             if not newest:
                 self.state.checkpoints.pop(key, None)
             return newest
@@ -188,7 +188,7 @@ class MemoryApprovals(_Ops):
     def put(self, record: ApprovalRecord, text: str, resolved: float | None,
             fenced_id: str | None, token: int) -> int:
         with self.state.lock:
-            newest = self.state.refused(fenced_id, token)
+            newest = self.state.refused(fenced_id, token) if token else 0
             if not newest:
                 self.state.approvals[record.id] = [text, record.status, record.reason, resolved]
                 self._created[record.id] = (record.created_at, record.session_id)
@@ -235,7 +235,7 @@ class MemoryCommits(_Ops):
                     else [loads_message(t) for t in op.texts])
         state = self.state
         with state.lock:
-            newest = state.refused(op.id, op.token)
+            newest = state.refused(op.id, op.token) if op.token else 0
             if newest:
                 return Stale(newest)
             actual = len(state.transcripts.get(op.id, ()))

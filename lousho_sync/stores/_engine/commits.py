@@ -66,6 +66,10 @@ class CommitOps(Protocol):
         ...
 
 
+_NOT_WRITTEN = (Conflict, Stale)
+"""The outcomes :func:`settle` raises for (looked up before calling it: a turn's commit)."""
+
+
 def _texts(ops: CommitOps, messages: Sequence[Message]) -> list[str]:
     """The codec JSON of ``messages`` for ``ops`` (none for a backend keeping objects)."""
     if getattr(ops, "keeps_objects", False):
@@ -119,7 +123,10 @@ class CommitRules:
         token = commit_token(id, fence, release)
         op = CommitOp(id, _texts(self._commits, messages), expected_length,
                       checkpoint_key, token, release, messages)
-        return settle(self._commits.backend, op, self._commits.commit(op))
+        outcome = self._commits.commit(op)
+        if outcome.__class__ in _NOT_WRITTEN:
+            settle(self._commits.backend, op, outcome)
+        return outcome
 
 
 class AppendRules:
@@ -144,7 +151,9 @@ class AppendRules:
         validate_session_id(id)
         op = CommitOp(id, _texts(self._commits, messages), expected_length, None,
                       fence_token_of(fence, id), False, messages)
-        settle(self._commits.backend, op, self._commits.commit(op))
+        outcome = self._commits.commit(op)
+        if outcome.__class__ in _NOT_WRITTEN:
+            settle(self._commits.backend, op, outcome)
 
     def check_length(self, id: str, expected: int, actual: int) -> None:
         """StoreConflictError when ``actual`` is not ``expected`` (naming this store)."""
