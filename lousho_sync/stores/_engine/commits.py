@@ -11,6 +11,7 @@ import attrs
 
 from ...codec import dumps_message
 from ...errors import ConfigError
+from ...ids import check_storable_text
 from ...messages import Message
 from ...records import Fence
 from .._common import check_length, validate_session_id
@@ -70,11 +71,20 @@ _NOT_WRITTEN = (Conflict, Stale)
 """The outcomes :func:`settle` raises for (looked up before calling it: a turn's commit)."""
 
 
-def _texts(ops: CommitOps, messages: Sequence[Message]) -> list[str]:
-    """The codec JSON of ``messages`` for ``ops`` (none for a backend keeping objects)."""
-    if getattr(ops, "keeps_objects", False):
-        return []
-    return [dumps_message(m) for m in messages]
+def _texts(ops: CommitOps, id: str, messages: Sequence[Message]) -> list[str]:
+    """The codec JSON of ``messages`` for ``ops``. None for a backend keeping objects, which
+    still refuses what no store keeps (InvalidInputError for a surrogate code point, as the
+    codec would raise), checked without the JSON."""
+    if not getattr(ops, "keeps_objects", False):
+        return [dumps_message(m) for m in messages]
+    for m in messages:  # the common message: ASCII text, nothing else to look into
+        content, call_id = m.content, m.tool_call_id
+        if not (type(content) is str and content.isascii() and not m.tool_calls
+                and (call_id is None or call_id.isascii()) and not m.metadata
+                and not m.extra):  # (role is one of three words; usage holds numbers)
+            check_storable_text(messages, f"a message for session {id!r}")
+            break
+    return []
 
 
 def settle(backend: Backend, op: CommitOp, outcome: object) -> object:
@@ -121,7 +131,7 @@ class CommitRules:
         fence check, length check, append, checkpoint delete, lease release. Nothing is
         written when it raises. Returns the new ``sessions.revision(id)``."""
         token = commit_token(id, fence, release)
-        op = CommitOp(id, _texts(self._commits, messages), expected_length,
+        op = CommitOp(id, _texts(self._commits, id, messages), expected_length,
                       checkpoint_key, token, release, messages)
         outcome = self._commits.commit(op)
         if outcome.__class__ in _NOT_WRITTEN:
@@ -149,7 +159,7 @@ class AppendRules:
         LeaseLostError when a newer lease token exists; nothing is written then.
         """
         validate_session_id(id)
-        op = CommitOp(id, _texts(self._commits, messages), expected_length, None,
+        op = CommitOp(id, _texts(self._commits, id, messages), expected_length, None,
                       fence_token_of(fence, id), False, messages)
         outcome = self._commits.commit(op)
         if outcome.__class__ in _NOT_WRITTEN:
