@@ -12,6 +12,16 @@
   row per run of consecutive deltas, carrying the seq of the last).
 * Readers follow a turn live: rows after a seq, then a wait on the store's wake-up
   (condition variable, ``PRAGMA data_version``, file size, ``XREAD BLOCK``, ``LISTEN``).
+  Readers in the process that drives the turn take the events from its :class:`Publisher`
+  as objects, the moment they are made (its ``run.done`` once that is stored).
+* The writes are made by a thread of the publisher's own (reused daemon threads,
+  :func:`spawn`); the memory log keeps the events themselves, the others their JSON.
+* Fencing: a takeover re-opens the turn's log under its own owner (``begin``); each
+  store's ``append`` checks the owner in the write's transaction, so a driver that lost
+  its lease writes nothing more (:attr:`Publisher.superseded`).
+* A logged turn's commit records its id in its last message (:func:`seal_turn`), so a
+  takeover finds a turn committed just before its driver died exactly
+  (:func:`committed_turn`).
 """
 
 from __future__ import annotations
@@ -427,31 +437,46 @@ class Publisher:
         """Add ``event`` to the log: readers in this process have it at once; it is written
         by the publisher's thread at once, or, a text delta within ``interval_s`` of the
         last write, with the next write."""
-        # The common case takes no lock: appending to a list and reading a flag are atomic,
+        # A text delta takes no lock: appending to a list and reading a flag are atomic,
         # and a local reader (``follow``) and the writer (``_write_loop``) look at the list
-        # again after setting their flag, so nothing appended here goes unnoticed.
-        self._local.append(event)
-        if self._wanted:
+        # again after setting their flag, so nothing appended here goes unnoticed. Any
+        # other event is added under the lock with the status it gives the turn, so the
+        # write that takes it carries that status.
+        if type(event) is TextDelta:
+            self._local.append(event)
+            if self._wanted:
+                with self._lock:
+                    self._wanted = False
+                    self._readable.notify_all()
+            if self._told:
+                return  # the writer takes it with what it was told of
             with self._lock:
+                if self._dropped + len(self._local) <= self._unwritten:
+                    return  # a write took it already
+                self._tell_locked()
+            return
+        with self._lock:
+            if isinstance(event, RunDone):
+                self._status = ("paused" if event.finish_reason == "awaiting-approval"
+                                else "done")
+                self._ended = now()
+            self._local.append(event)
+            if self._wanted:
                 self._wanted = False
                 self._readable.notify_all()
-        if type(event) is TextDelta and self._told:
-            return  # the writer takes it with what it was told of
-        with self._lock:
-            if type(event) is not TextDelta:
-                if isinstance(event, RunDone):
-                    self._status = ("paused" if event.finish_reason == "awaiting-approval"
-                                    else "done")
-                    self._ended = now()
-                self._urgent = True
-            if self.superseded or self._closed:
-                return
-            self._told = True
-            if self._writer is None:
-                self._writer = threading.Event()
-                spawn(self._write_loop, f"lousho-events-{self.turn_id[:8]}")
-            elif self._writer_waits:
-                self._writable.notify()
+            self._urgent = True
+            self._tell_locked()
+
+    def _tell_locked(self) -> None:
+        """Have the writer write what waits (when due). Caller holds ``_lock``."""
+        if self.superseded or self._closed:
+            return
+        self._told = True
+        if self._writer is None:
+            self._writer = threading.Event()
+            spawn(self._write_loop, f"lousho-events-{self.turn_id[:8]}")
+        elif self._writer_waits:
+            self._writable.notify()
 
     def _write_loop(self) -> None:
         """The publisher's thread: write what waits, when it is due."""

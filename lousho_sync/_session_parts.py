@@ -34,11 +34,11 @@ from .signal import Signal
 from .stores._mail import MailOps, mail_ops_of
 from .stores.base import (
     ApprovalStore,
-    Catalogued,
     CheckpointStore,
     LeaseSaving,
     SessionStore,
     TurnCommitter,
+    capabilities_of,
     supports_fencing,
 )
 from .turn_state import TurnConfig
@@ -182,8 +182,9 @@ class SessionParts:
         st = self.state
         fence = hold.fence() if hold is not None else None
         kw = {"fence": fence} if fence is not None and supports_fencing(self.sessions) else {}
-        if replaced is not None and isinstance(self.sessions, Catalogued):
-            self.sessions.compact(self.id, messages, replaced=replaced, **kw)
+        if replaced is not None and capabilities_of(self.sessions).catalog:
+            self.sessions.compact(  # type: ignore[attr-defined]
+                self.id, messages, replaced=replaced, **kw)
         else:
             self.sessions.save(self.id, messages, **kw)
         for store in {id(s): s for s in (self.checkpoints, self.base.scratch) if s}.values():

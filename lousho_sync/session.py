@@ -43,7 +43,7 @@ from .signal import Signal
 from .stores._events import TurnHead, event_ops_of
 from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
-from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
+from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive, keyed_turn, note_keyed
 
@@ -270,8 +270,8 @@ class Session:
         leasable = self._state.leasable
         if owner == self._state.owner or leasable is None:
             return False
-        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay
-            held = leasable.lease_held(self._id)
+        if self._state.lease_query is not None:  # a read: the lease and its token stay
+            held = self._state.lease_query.lease_held(self._id)
         else:  # a store without the query: try the lease under a throwaway owner
             probe = make_owner()
             held = not leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0)
@@ -357,8 +357,8 @@ class Session:
         leasable = st.leasable
         if mail is None or leasable is None:
             return False
-        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay as they are
-            if not leasable.lease_held(self._id):
+        if st.lease_query is not None:  # a read: the lease and its token stay as they are
+            if not st.lease_query.lease_held(self._id):
                 return False
         else:  # a store of its own without the query: try the lease under a throwaway owner
             probe = make_owner()
@@ -402,8 +402,10 @@ class Session:
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
-            if key is not None and policy != "reject":
-                policy = "wait"  # a keyed call never joins nor drops another turn
+            if key is not None and policy != "reject" and (
+                    policy == "rollback"
+                    or idem.find(st.messages, key, self.idempotency_ttl_s) is not None):
+                policy = "wait"  # a used key replays; a keyed call never drops a turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -412,7 +414,8 @@ class Session:
                 )
             if policy in ("queue", "steer") and current is not None and current.control:
                 token = object()
-                if current.control.offer(msgs, steer=policy == "steer", token=token):
+                if current.control.offer(msgs, steer=policy == "steer", token=token,
+                                         keys=() if key is None else (key,)):
                     seq = next(st.seq)
                     return (
                         lambda emit: self._join_driver(current, token, seq, msgs, signal,

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from conftest import CHILD_TIMEOUT, STORE_KINDS, wait
 from crash_child import make_store
@@ -33,6 +34,7 @@ from lousho_sync import (
 )
 from lousho_sync._eventlog import EventLog
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
+from lousho_sync.stores.base import StoreCapabilities
 
 HERE = Path(__file__).resolve().parent
 CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
@@ -546,6 +548,10 @@ def test_lousho_aio_attach_reads_the_store_in_the_pool_while_the_loop_goes_on() 
         def __init__(self) -> None:
             super().__init__()
             self.ops = SlowOps()
+
+        @property
+        def capabilities(self) -> StoreCapabilities:  # adds an event log of its own
+            return attrs.evolve(super().capabilities, events=True)
 
         def event_ops(self) -> SlowOps:
             return self.ops
