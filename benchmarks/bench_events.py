@@ -168,14 +168,20 @@ def writes(kind: str, where: str, pace_s: float) -> tuple[int, int]:
 
 def framework(kind: str, where: str) -> tuple[float, float]:
     def once(detached: bool) -> float:
+        store = make(kind, where)
         agent = create_agent(provider=ScriptedProvider([Step(chunks=["x"] * 1000)]),
-                             store=make(kind, where))
+                             store=store)
         session = agent.session(id=f"f{uuid.uuid4().hex[:6]}")
         t = time.perf_counter()
         run = session.start("go") if detached else session.stream("go")
         for _ in run:
             pass
-        return time.perf_counter() - t
+        elapsed = time.perf_counter() - t
+        run.result()
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()  # (PostgreSQL: a store's pool and listener are connections)
+        return elapsed
 
     once(False), once(True)  # warm up
     streams, starts = [], []

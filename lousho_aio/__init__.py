@@ -46,6 +46,7 @@ from lousho_sync.errors import (
     StoreTooNewError,
     StoreUnavailableError,
     TurnNotFoundError,
+    UnsupportedCapabilityError,
 )
 from lousho_sync.event_json import EVENT_JSON_VERSION, event_to_dict
 from lousho_sync.events import (
@@ -99,6 +100,7 @@ from lousho_sync.stores.base import (
     CheckpointStore,
     SessionStore,
     StorageService,
+    StoreCapabilities,
 )
 from lousho_sync.stores.encrypted import EncryptedStore
 from lousho_sync.stores.files import (
@@ -208,6 +210,7 @@ __all__ = [
     "StepStart",
     "StorageService",
     "StorageServiceApprovalStore",
+    "StoreCapabilities",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
@@ -228,6 +231,7 @@ __all__ = [
     "TurnInfo",
     "TurnNotFoundError",
     "TurnPolicy",
+    "UnsupportedCapabilityError",
     "Usage",
     "UsageEvent",
     "configure",

@@ -53,6 +53,7 @@ from .errors import (
     StoreTooNewError,
     StoreUnavailableError,
     TurnNotFoundError,
+    UnsupportedCapabilityError,
 )
 from .event_json import EVENT_JSON_VERSION, event_to_dict
 from .events import (
@@ -107,6 +108,7 @@ from .stores.base import (
     CheckpointStore,
     SessionStore,
     StorageService,
+    StoreCapabilities,
 )
 from .stores.encrypted import EncryptedStore
 from .stores.files import (
@@ -223,6 +225,7 @@ __all__ = [
     "StepStart",
     "StorageService",
     "StorageServiceApprovalStore",
+    "StoreCapabilities",
     "StoreClosedError",
     "StoreConflictError",
     "StoreCorruptError",
@@ -243,6 +246,7 @@ __all__ = [
     "TurnInfo",
     "TurnNotFoundError",
     "TurnPolicy",
+    "UnsupportedCapabilityError",
     "Usage",
     "UsageEvent",
     "create_agent",

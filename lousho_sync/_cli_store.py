@@ -17,7 +17,7 @@ import attrs
 from .catalog import LIST_LIMIT_MAX
 from .errors import SessionExistsError, StoreConflictError
 from .records import session_key, session_of, session_prefix
-from .stores.base import supports_append, supports_catalog
+from .stores.base import capabilities_of, supports_append, supports_catalog
 
 __all__ = [
     "CopyReport",
@@ -257,13 +257,12 @@ def probe_writable(store: Any, path: str, session_id: str) -> None:
     """Take and give back ``session_id``'s lease (a real write), so a read-only store is
     reported now rather than at every turn. StoreProblem when it fails."""
     sessions = store.sessions
-    acquire = getattr(sessions, "acquire_lease", None)
     try:
         sessions.load(session_id)
-        if acquire is None:
+        if not capabilities_of(sessions).lease:
             return
         owner = f"lousho-cli-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        taken = acquire(session_id, owner=owner, ttl_s=5.0, wait_s=0)
+        taken = sessions.acquire_lease(session_id, owner=owner, ttl_s=5.0, wait_s=0)
         # a fence token (older stores: True) when taken; None (False) when a running turn
         # elsewhere holds it: the store answered, so it is writable
         if taken is not None and taken is not False:

@@ -294,9 +294,14 @@ def _take_over(
 
     def publish(event: RunEvent) -> None:
         nonlocal publisher, seq
-        if publisher is None:
+        if publisher is None:  # this process holds the turn's lease now: the log is its
             publisher = log.begin(turn_id, head.session_id, owner, started_at=head.started_at,
-                                  last_seq=head.last_seq)
+                                  last_seq=seq)
+            # a driver that lost its lease (stopped past it) may have written rows up to
+            # the begin, which refuses its later ones: go on after them
+            written = log.ops.read(turn_id, seq, 1 << 30)
+            if written:
+                seq = written[-1][0]
         seq += 1
         publisher.publish(attrs.evolve(event, run_id=turn_id, seq=seq))
 

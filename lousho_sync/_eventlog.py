@@ -12,6 +12,16 @@
   row per run of consecutive deltas, carrying the seq of the last).
 * Readers follow a turn live: rows after a seq, then a wait on the store's wake-up
   (condition variable, ``PRAGMA data_version``, file size, ``XREAD BLOCK``, ``LISTEN``).
+  Readers in the process that drives the turn take the events from its :class:`Publisher`
+  as objects, the moment they are made (its ``run.done`` once that is stored).
+* The writes are made by a thread of the publisher's own (reused daemon threads,
+  :func:`spawn`); the memory log keeps the events themselves, the others their JSON.
+* Fencing: a takeover re-opens the turn's log under its own owner (``begin``); each
+  store's ``append`` checks the owner in the write's transaction, so a driver that lost
+  its lease writes nothing more (:attr:`Publisher.superseded`).
+* A logged turn's commit records its id in its last message (:func:`seal_turn`), so a
+  takeover finds a turn committed just before its driver died exactly
+  (:func:`committed_turn`).
 """
 
 from __future__ import annotations
@@ -407,6 +417,9 @@ class Publisher:
         self._local: list[Any] = []  # the events published (readers here; the writer)
         self._dropped = 0  # how many were dropped from the front of ``_local``
         self._unwritten = 0  # the position (counting dropped ones) of the first unwritten
+        self._stored = 0  # the position of the first event not (yet) in the store
+        self._store_wanted = False  # a local reader waits for a write to be stored
+        self._finished = False  # closed, and its last write made (or failed)
         self._told = False  # the writer knows there is something to write
         self._urgent = False  # an unwritten event that is not a text delta
         self._wanted = False  # a local reader waits for the next event
@@ -424,31 +437,46 @@ class Publisher:
         """Add ``event`` to the log: readers in this process have it at once; it is written
         by the publisher's thread at once, or, a text delta within ``interval_s`` of the
         last write, with the next write."""
-        # The common case takes no lock: appending to a list and reading a flag are atomic,
+        # A text delta takes no lock: appending to a list and reading a flag are atomic,
         # and a local reader (``follow``) and the writer (``_write_loop``) look at the list
-        # again after setting their flag, so nothing appended here goes unnoticed.
-        self._local.append(event)
-        if self._wanted:
+        # again after setting their flag, so nothing appended here goes unnoticed. Any
+        # other event is added under the lock with the status it gives the turn, so the
+        # write that takes it carries that status.
+        if type(event) is TextDelta:
+            self._local.append(event)
+            if self._wanted:
+                with self._lock:
+                    self._wanted = False
+                    self._readable.notify_all()
+            if self._told:
+                return  # the writer takes it with what it was told of
             with self._lock:
+                if self._dropped + len(self._local) <= self._unwritten:
+                    return  # a write took it already
+                self._tell_locked()
+            return
+        with self._lock:
+            if isinstance(event, RunDone):
+                self._status = ("paused" if event.finish_reason == "awaiting-approval"
+                                else "done")
+                self._ended = now()
+            self._local.append(event)
+            if self._wanted:
                 self._wanted = False
                 self._readable.notify_all()
-        if type(event) is TextDelta and self._told:
-            return  # the writer takes it with what it was told of
-        with self._lock:
-            if type(event) is not TextDelta:
-                if isinstance(event, RunDone):
-                    self._status = ("paused" if event.finish_reason == "awaiting-approval"
-                                    else "done")
-                    self._ended = now()
-                self._urgent = True
-            if self.superseded or self._closed:
-                return
-            self._told = True
-            if self._writer is None:
-                self._writer = threading.Event()
-                spawn(self._write_loop, f"lousho-events-{self.turn_id[:8]}")
-            elif self._writer_waits:
-                self._writable.notify()
+            self._urgent = True
+            self._tell_locked()
+
+    def _tell_locked(self) -> None:
+        """Have the writer write what waits (when due). Caller holds ``_lock``."""
+        if self.superseded or self._closed:
+            return
+        self._told = True
+        if self._writer is None:
+            self._writer = threading.Event()
+            spawn(self._write_loop, f"lousho-events-{self.turn_id[:8]}")
+        elif self._writer_waits:
+            self._writable.notify()
 
     def _write_loop(self) -> None:
         """The publisher's thread: write what waits, when it is due."""
@@ -487,7 +515,9 @@ class Publisher:
         """Write what waits, now, in the calling thread; False when the write failed."""
         with self._write_lock:
             with self._lock:
-                if self.superseded:
+                if self.superseded:  # nothing more is written: everything counts as done
+                    self._unwritten = self._dropped + len(self._local)
+                    self._told = self._urgent = False
                     return True
                 start = self._unwritten
                 events = self._local[start - self._dropped:]
@@ -514,6 +544,11 @@ class Publisher:
                 return False
             with self._lock:
                 self._last_write = time.monotonic()
+                if ok is not False:
+                    self._stored = start + len(events)
+                    if self._store_wanted:
+                        self._store_wanted = False
+                        self._readable.notify_all()
                 if ok is False:
                     self.superseded = True
                     self._readable.notify_all()
@@ -542,6 +577,18 @@ class Publisher:
         if writer is not None:
             writer.wait()
         self.flush()  # what a failed write left, or what came after the thread ended
+        with self._lock:
+            self._finished = True
+            self._readable.notify_all()
+
+    def _wait_stored(self, pos: int) -> bool:
+        """Wait until the event at ``pos`` is in the store (or the publisher ended without
+        storing it); False when another owner took the turn over first."""
+        with self._lock:
+            while self._stored <= pos and not self.superseded and not self._finished:
+                self._store_wanted = True
+                self._readable.wait()
+            return self._stored > pos or not self.superseded
 
     def follow(self, after: int) -> Iterator[Event]:
         """The turn's events with seq > ``after`` as this process publishes them (objects,
@@ -578,7 +625,13 @@ class Publisher:
                 return
             if not batch:
                 return  # closed, and everything was read
-            for event in batch:
+            start = pos - len(batch)
+            for i, event in enumerate(batch):
+                if type(event) is RunDone and not self._wait_stored(start + i):
+                    # (its end is read once stored, so the store agrees with it: after
+                    # run.done, current_turn() and attach() see the turn ended)
+                    yield from self._log.follow(self.turn_id, last)  # taken over: the log
+                    return
                 last = event.seq
                 yield event
                 if type(event) is RunDone:

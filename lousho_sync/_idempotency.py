@@ -14,7 +14,9 @@ as the turn itself on every store, with no store primitive of its own:
 A later call with K (any process; it first waits for the session's lease, so a running
 turn with K is waited for) finds the sealed message in the transcript and returns that
 turn's result rebuilt from the store (``result.replayed``). A seal older than the TTL is
-ignored: the key is free again.
+ignored: the key is free again. Compaction carries the seals of the turns it summarises,
+still within the TTL, on its summary message (:func:`carry`), so a key is not free again
+after compaction; a seal past its TTL is dropped there.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from .errors import InvalidInputError
 from .messages import Message, Usage
 from .results import ExecutionResult
 
-__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "check_key", "claim", "claims", "find", "seal"]
+__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "carry", "check_key", "claim", "claims", "find",
+           "seal"]
 
 EXTRA = "lousho_idempotency"
 MAX_KEY = 200
@@ -57,9 +60,12 @@ def _stamp(m: Message, value: Mapping[str, Any]) -> Message:
     return attrs.evolve(m, extra={**m.extra, EXTRA: dict(value)})
 
 
-def claim(msgs: tuple[Message, ...], key: str) -> tuple[Message, ...]:
-    """The turn's input with ``key`` recorded on its first message."""
-    return (_stamp(msgs[0], {"key": key}), *msgs[1:]) if msgs else msgs
+def claim(msgs: tuple[Message, ...], key: str, also: str | None = None) -> tuple[Message, ...]:
+    """The turn's input with ``key`` recorded on its first message (``also``: the caller's
+    idempotency key of an input joining another turn through the mailbox, whose ``key`` is
+    the mail's id: the turn that applies it seals both)."""
+    stamp: dict[str, Any] = {"key": key} if also is None else {"key": key, "also": [also]}
+    return (_stamp(msgs[0], stamp), *msgs[1:]) if msgs else msgs
 
 
 def claims(msgs: Sequence[Message]) -> list[str]:
@@ -74,6 +80,7 @@ def claims(msgs: Sequence[Message]) -> list[str]:
             key = stamp.get("key")
             if isinstance(key, str):
                 out.append(key)
+            out.extend(k for k in stamp.get("also") or () if isinstance(k, str))
     return out
 
 
@@ -94,15 +101,64 @@ def seal(result: ExecutionResult, keys: Sequence[str]) -> ExecutionResult:
     return attrs.evolve(result, messages=(*result.messages[:-1], _stamp(last, stamp)))
 
 
+def carry(
+    summary: Message, older: Sequence[Message], ttl_s: float, *, now: float | None = None
+) -> Message:
+    """``summary`` (the compaction summary replacing ``older``) carrying the seals of the
+    turns in ``older`` (and those an earlier summary among them carried) still within
+    ``ttl_s``, with each turn's answer text: a key is not free again after compaction,
+    and a seal past its TTL is dropped here."""
+    cutoff = (time.time() if now is None else now) - ttl_s
+    carried: list[dict[str, Any]] = []
+    for i, m in enumerate(older):
+        stamp = m.extra.get(EXTRA) if m.extra else None
+        if not isinstance(stamp, Mapping):
+            continue
+        for old in stamp.get("carried") or ():
+            if isinstance(old, Mapping) and _fresh(old.get("at"), cutoff):
+                carried.append(dict(old))
+        if "end" in stamp and _fresh(stamp.get("at"), cutoff):
+            end = stamp["end"]
+            turn = older[max(0, i + 1 - int(end["count"])): i + 1]
+            carried.append({
+                "keys": list(stamp.get("keys") or (stamp.get("key"),)), "at": stamp["at"],
+                "end": dict(end),
+                "text": next((x.text for x in reversed(turn) if x.role == "assistant"), ""),
+            })
+    if not carried:
+        return summary
+    return _stamp(summary, {"carried": carried})
+
+
+def _fresh(at: object, cutoff: float) -> bool:
+    return isinstance(at, (int, float)) and at >= cutoff
+
+
+def _from_carried(c: Mapping[str, Any]) -> ExecutionResult:
+    end = c["end"]
+    return ExecutionResult(
+        text=str(c.get("text", "")), finish_reason=str(end["finish_reason"]), messages=(),
+        usage=Usage(**end["usage"]), steps=int(end["steps"]), run_id=str(end["run_id"]),
+        exceeded=end.get("exceeded"), replayed=True,
+    )
+
+
 def find(
     messages: Sequence[Message], key: str, ttl_s: float, *, now: float | None = None
 ) -> ExecutionResult | None:
     """The committed result of the turn that used ``key`` within ``ttl_s`` (rebuilt from
-    ``messages``, ``replayed`` set), or None when the key is free."""
+    ``messages``, ``replayed`` set), or None when the key is free. A turn that compaction
+    summarised is found in its summary (:func:`carry`): its result has no messages (they
+    are in the session's history)."""
     cutoff = (time.time() if now is None else now) - ttl_s
     for i in range(len(messages) - 1, -1, -1):
         stamp = messages[i].extra.get(EXTRA)
-        if not isinstance(stamp, Mapping) or "end" not in stamp:
+        if not isinstance(stamp, Mapping):
+            continue
+        if "end" not in stamp:
+            for c in reversed(stamp.get("carried") or ()):
+                if isinstance(c, Mapping) and key in (c.get("keys") or ()):
+                    return _from_carried(c) if _fresh(c.get("at"), cutoff) else None
             continue
         if key not in (stamp.get("keys") or (stamp.get("key"),)):
             continue

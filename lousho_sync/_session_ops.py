@@ -14,11 +14,16 @@ from typing import Any
 
 from ._session_parts import SessionParts
 from .compaction import is_summary
-from .errors import ApprovalAlreadyResolvedError, ConfigError, SessionBusyError
+from .errors import (
+    ApprovalAlreadyResolvedError,
+    ConfigError,
+    SessionBusyError,
+    UnsupportedCapabilityError,
+)
 from .executor import TurnWriter
 from .messages import Message
 from .records import session_prefix
-from .stores.base import Catalogued, supports_catalog
+from .stores.base import Catalogued, capabilities_of
 
 __all__ = ["catalog_of", "fork_copy", "history", "metadata", "set_metadata", "turn_starts",
            "undo"]
@@ -46,13 +51,13 @@ def turn_starts(messages: Sequence[Message]) -> list[int]:
 def catalog_of(p: SessionParts, what: str) -> Catalogued:
     """The session store as a catalog; ConfigError naming ``what`` when it keeps none."""
     store = p.sessions
-    if not supports_catalog(store):
-        raise ConfigError(
+    if not capabilities_of(store).catalog:
+        raise UnsupportedCapabilityError(
             f"{what} needs a session store with a catalog (metadata, history, create); "
-            f"{type(store).__name__} has none: every built-in store has one"
+            f"{type(store).__name__} has none: every built-in store has one",
+            capability="catalog",
         )
-    assert isinstance(store, Catalogued)
-    return store
+    return store  # type: ignore[return-value]
 
 
 def _check_count(name: str, value: object, low: int) -> int:
@@ -104,7 +109,8 @@ def _snapshot(p: SessionParts, store: Catalogued) -> tuple[list[Message], list[M
     """The committed transcript, history and metadata of the session, read consistently
     (read again while another writer changed the transcript in between)."""
     sessions = p.sessions
-    revision = getattr(sessions, "revision", None)
+    revisioned = p.state.revisioned
+    revision = revisioned.revision if revisioned is not None else None
     for _ in range(_FORK_ATTEMPTS):
         before = revision(p.id) if revision is not None else None
         messages = sessions.load(p.id) or []
@@ -150,5 +156,6 @@ def set_metadata(p: SessionParts, value: Mapping[str, Any]) -> None:
 def history(p: SessionParts, current: Sequence[Message]) -> tuple[Message, ...]:
     """What compaction replaced, then ``current`` (the transcript with its summary)."""
     store = p.sessions
-    kept = store.history(p.id) if isinstance(store, Catalogued) else []
+    kept = (store.history(p.id)  # type: ignore[attr-defined]
+            if capabilities_of(store).catalog else [])
     return (*kept, *current)

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
+from . import _idempotency as idem
 from . import _otel
 from ._lease_hold import LeaseHold
 from ._session_state import SessionState, awaiting_error
@@ -33,11 +34,11 @@ from .signal import Signal
 from .stores._mail import MailOps, mail_ops_of
 from .stores.base import (
     ApprovalStore,
-    Catalogued,
     CheckpointStore,
     LeaseSaving,
     SessionStore,
     TurnCommitter,
+    capabilities_of,
     supports_fencing,
 )
 from .turn_state import TurnConfig
@@ -181,8 +182,9 @@ class SessionParts:
         st = self.state
         fence = hold.fence() if hold is not None else None
         kw = {"fence": fence} if fence is not None and supports_fencing(self.sessions) else {}
-        if replaced is not None and isinstance(self.sessions, Catalogued):
-            self.sessions.compact(self.id, messages, replaced=replaced, **kw)
+        if replaced is not None and capabilities_of(self.sessions).catalog:
+            self.sessions.compact(  # type: ignore[attr-defined]
+                self.id, messages, replaced=replaced, **kw)
         else:
             self.sessions.save(self.id, messages, **kw)
         for store in {id(s): s for s in (self.checkpoints, self.base.scratch) if s}.values():
@@ -212,6 +214,7 @@ class SessionParts:
     def compact_held(
         self, keep_last: int, instructions: str | None, signal: Signal | None,
         hold: LeaseHold | None, limits: Limits | None,
+        idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> bool:
         """Compact now, holding the slot and the lease with a current cache; True when
         the transcript changed. ``limits``: the session budget (does it price calls?)."""
@@ -229,6 +232,8 @@ class SessionParts:
                 cost_required=_cost_limited(cfg.limits) or _cost_limited(limits),
                 instructions=instructions, signal=signal, session_id=self.id,
             )
+        # the idempotency keys of the summarised turns stay used (see _idempotency.carry)
+        summary = idem.carry(summary, messages[:cut], idempotency_ttl_s)
         new = [summary, *messages[cut:]]
         self.save_transcript(new, hold, replaced=messages[:cut])
         _log.info("session %s: compacted %d messages into a summary (%d -> %d)", self.id,
@@ -250,7 +255,7 @@ class SessionParts:
 
     def maybe_compact(
         self, new_input: Sequence[Message], signal: Signal, hold: LeaseHold | None,
-        limits: Limits | None,
+        limits: Limits | None, idempotency_ttl_s: float = idem.DEFAULT_TTL_S,
     ) -> bool:
         """The automatic policy, at the start of a turn holding the slot and the lease:
         compact when the estimated input exceeds the agent's ``Compaction`` limit.
@@ -273,7 +278,7 @@ class SessionParts:
                   estimate, policy.max_input_tokens)
         try:
             return self.compact_held(policy.keep_last, policy.instructions, signal, hold,
-                                     limits)
+                                     limits, idempotency_ttl_s)
         except Exception:
             if signal.aborted:
                 _log.info("session %s: compaction aborted with its turn", self.id)

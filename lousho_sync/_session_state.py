@@ -34,9 +34,11 @@ from .stores.base import (
     Appendable,
     ApprovalStore,
     Leased,
+    LeaseQuery,
     LeaseSaving,
     Revisioned,
     SessionStore,
+    capabilities_of,
 )
 
 __all__ = [
@@ -113,14 +115,19 @@ class SessionState:
         self.awaiting: str | None = None
         self.owner = make_owner()
         self.seq = itertools.count()
-        # capabilities, checked once (a Protocol isinstance check is slow)
-        self.leasable: Leased | None = store if isinstance(store, Leased) else None
+        # what the store declares it offers, read once
+        caps = capabilities_of(store)
+        self.leasable: Leased | None = store if caps.lease else None  # type: ignore[assignment]
         self.leased = self.leasable is not None
+        self.lease_query: LeaseQuery | None = (
+            store if caps.lease_query else None)  # type: ignore[assignment]
         self.saving: LeaseSaving | None = (  # the lease and a turn's first checkpoint at once
             store if self.leased and isinstance(store, LeaseSaving) else None
         )
-        self.appendable: Appendable | None = store if isinstance(store, Appendable) else None
-        self.revisioned: Revisioned | None = store if isinstance(store, Revisioned) else None
+        self.appendable: Appendable | None = (
+            store if caps.append else None)  # type: ignore[assignment]
+        self.revisioned: Revisioned | None = (
+            store if caps.revision else None)  # type: ignore[assignment]
         self.has_revision = self.revisioned is not None
         self.listeners: list[Callable[[ListenerEvent], object]] = []
         self.event_seq = itertools.count()

@@ -32,6 +32,7 @@ from ._cli_store import (
     shown,
     stored_session_ids,
 )
+from .stores.base import capabilities_of
 
 __all__ = [
     "EXIT_FAILURE",
@@ -580,9 +581,9 @@ def _copy_between(args: argparse.Namespace, source: str, src: Any, dst: Any,
 
 
 def _prune(args: argparse.Namespace, store: Any, stdin: TextIO, out: TextIO) -> int:
-    prune = getattr(store, "prune", None)
-    if prune is None:
+    if not capabilities_of(store).prune:
         raise _Failure(f"the store at {shown(args.store)!r} has no prune()")
+    prune = store.prune
     if not args.yes:
         sys.stderr.write(f"delete every session, checkpoint and resolved approval not updated "
                          f"in the last {args.older_than:g} s from {shown(args.store)}? [y/N] ")

@@ -72,6 +72,7 @@ __all__ = [
     "StoreTooNewError",
     "StoreUnavailableError",
     "TurnNotFoundError",
+    "UnsupportedCapabilityError",
 ]
 
 
@@ -150,6 +151,18 @@ class ConfigError(LoushoError, ValueError):
     """The agent or a provider is misconfigured (missing key, unknown model, no price)."""
 
     code = "LOUSHO_CONFIG"
+
+
+class UnsupportedCapabilityError(ConfigError, AttributeError):
+    """A store was asked for a capability it does not offer (``capability`` names it, one
+    of the fields of ``StoreCapabilities``). Also an AttributeError, so ``hasattr`` and
+    ``getattr(store, name, None)`` tell that the method is not there."""
+
+    code = "LOUSHO_UNSUPPORTED_CAPABILITY"
+
+    def __init__(self, message: str, *, capability: str | None = None) -> None:
+        super().__init__(message)
+        self.capability = capability
 
 
 class SessionBusyError(LoushoError):

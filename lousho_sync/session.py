@@ -43,7 +43,7 @@ from .signal import Signal
 from .stores._events import TurnHead, event_ops_of
 from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
-from .stores.base import ApprovalStore, CheckpointStore, LeaseQuery, SessionStore, TurnCommitter
+from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
 from .turn_state import ApproveCallback
 from .turns import SessionTurn, drive, keyed_turn, note_keyed
 
@@ -225,9 +225,10 @@ class Session:
         until the turn ends (``run.done``) or pauses (``approval.requested``), from any
         process that shares the store. ``turn_id`` None: the session's latest turn.
         TurnNotFoundError when the turn's events are gone (``event_ttl_s`` after its end)
-        or never existed. ``takeover``: when the turn's driving process dies, this process
-        resumes the turn from its checkpoint and drives it (its events go on, after a
-        ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
+        or never existed. ``takeover``: when the turn's driving process dies, or no longer
+        holds the session's lease (stopped past it, or on another host and gone), this
+        process resumes the turn from its checkpoint and drives it (its events go on, after
+        a ``step.reset``). ``run.abort()`` aborts the turn whichever process drives it."""
         check_attach_args(turn_id, after)
         log = self._event_log()
         head = log.latest(self._id) if turn_id is None else log.head(turn_id)
@@ -243,15 +244,46 @@ class Session:
     def _attached(self, log: EventLog, turn_id: str, after: int, *, takeover: bool,
                   replay: bool = False) -> AttachedRun:
         return AttachedRun(log, turn_id, after,
-                           idle=self._take_over_if_dead if takeover else None,
+                           idle=self._take_over_watch() if takeover else None,
                            abort_turn=lambda reason, tid: self.abort_turn(reason, turn_id=tid),
                            replay=replay)
 
-    def _take_over_if_dead(self, head: TurnHead) -> bool:
-        if head.status == "running" and owner_is_dead(head.owner):
-            take_over(head, self._event_log(), self._state.owner, self._resume_driver,
-                      self._committed)
-        return False  # the reader reads on: the events come through the log
+    def _take_over_watch(self) -> Callable[[TurnHead], bool]:
+        """A reader's check, each time its turn was quiet for a while: when the turn's driver
+        died (its process is gone from this host) or no longer holds the session's lease
+        (it expired: the driver was stopped past it, or ran on another host and stopped
+        renewing it — seen at two checks in a row, so a turn between its lease's release
+        and its last event is left alone), take the turn over."""
+        lapsed: set[str] = set()
+
+        def check(head: TurnHead) -> bool:
+            if head.status != "running":
+                return False
+            if owner_is_dead(head.owner) or self._lease_lapsed(head.owner, lapsed):
+                take_over(head, self._event_log(), self._state.owner, self._resume_driver,
+                          self._committed)
+            return False  # the reader reads on: the events come through the log
+
+        return check
+
+    def _lease_lapsed(self, owner: str, lapsed: set[str]) -> bool:
+        leasable = self._state.leasable
+        if owner == self._state.owner or leasable is None:
+            return False
+        if self._state.lease_query is not None:  # a read: the lease and its token stay
+            held = self._state.lease_query.lease_held(self._id)
+        else:  # a store without the query: try the lease under a throwaway owner
+            probe = make_owner()
+            held = not leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0)
+            if not held:
+                leasable.release_lease(self._id, owner=probe)
+        if held:
+            lapsed.discard(owner)
+            return False
+        if owner in lapsed:
+            return True
+        lapsed.add(owner)
+        return False
 
     def _resume_driver(self) -> Generator[RunEvent, None, ExecutionResult | None]:
         control = TurnControl()
@@ -325,8 +357,8 @@ class Session:
         leasable = st.leasable
         if mail is None or leasable is None:
             return False
-        if isinstance(leasable, LeaseQuery):  # a read: the lease and its token stay as they are
-            if not leasable.lease_held(self._id):
+        if st.lease_query is not None:  # a read: the lease and its token stay as they are
+            if not st.lease_query.lease_held(self._id):
                 return False
         else:  # a store of its own without the query: try the lease under a throwaway owner
             probe = make_owner()
@@ -370,8 +402,10 @@ class Session:
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
-            if key is not None and policy != "reject":
-                policy = "wait"  # a keyed call never joins nor drops another turn
+            if key is not None and policy != "reject" and (
+                    policy == "rollback"
+                    or idem.find(st.messages, key, self.idempotency_ttl_s) is not None):
+                policy = "wait"  # a used key replays; a keyed call never drops a turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -380,7 +414,8 @@ class Session:
                 )
             if policy in ("queue", "steer") and current is not None and current.control:
                 token = object()
-                if current.control.offer(msgs, steer=policy == "steer", token=token):
+                if current.control.offer(msgs, steer=policy == "steer", token=token,
+                                         keys=() if key is None else (key,)):
                     seq = next(st.seq)
                     return (
                         lambda emit: self._join_driver(current, token, seq, msgs, signal,
@@ -573,7 +608,8 @@ class Session:
         check_keep_last(keep_last)
         with self._p.exclusive("compact()") as hold:
             self._p.refuse_if_pending("compact()")
-            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits)
+            return self._p.compact_held(keep_last, instructions, signal, hold, self.limits,
+                                        self.idempotency_ttl_s)
 
     def estimate_input_tokens(self, new_input: Sequence[Message] = ()) -> int:
         """Estimated input tokens of the next model call: system prompt, tool specs,

@@ -3,7 +3,9 @@ Redis tests; records and child-process helpers for the store tests."""
 
 from __future__ import annotations
 
+import atexit
 import base64
+import compileall
 import contextlib
 import glob
 import os
@@ -11,6 +13,7 @@ import select
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +38,28 @@ os.environ.setdefault("LOUSHO_SQLITE_DRIVER", "sqlite3")
 # through the environment (never on their command line).
 ENCRYPTION_KEY_VAR = "LOUSHO_TEST_ENCRYPTION_KEY"
 os.environ.setdefault(ENCRYPTION_KEY_VAR, base64.urlsafe_b64encode(os.urandom(32)).decode())
+
+
+def _bytecode_for_child_processes() -> None:
+    """Under ``PYTHONDONTWRITEBYTECODE`` (some shells and sandboxes set it) no bytecode of
+    this checkout is ever cached, so each of the suite's hundreds of child processes (CLI
+    runs, crash children, storm workers) would compile the whole package again, a few tenths
+    of a second each. Compile it once into a cache of this run's own instead, which the
+    children read (``PYTHONPYCACHEPREFIX``); nothing is written into the checkout, and the
+    cache is removed at exit. A cache prefix chosen by the caller is left alone."""
+    if not sys.flags.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = tempfile.mkdtemp(prefix="lousho-test-pycache-")
+    atexit.register(shutil.rmtree, prefix, ignore_errors=True)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.pycache_prefix = prefix  # where compileall writes
+    root = Path(__file__).resolve().parent.parent
+    for package in ("lousho_sync", "lousho_aio"):
+        compileall.compile_dir(root / package, quiet=2)
+    compileall.compile_dir(root / "tests", maxlevels=0, quiet=2)  # the children's scripts
+
+
+_bytecode_for_child_processes()
 
 
 def wait(event: threading.Event, what: str = "event") -> None:

@@ -9,7 +9,10 @@
 leaves its loop after that seq and attaches again with it; with ``LOUSHO_TEST_ANSWER`` (and
 ``LOUSHO_TEST_CHUNKS``) its model streams that answer when it takes the turn over. ``drive``
 starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then each event
-it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there).
+it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there;
+with ``LOUSHO_TEST_GO_FILE`` it goes on once that file exists, then prints
+``{"end": ..., "result"|"error": ...}``; ``LOUSHO_TEST_LEASE_TTL_S`` sets its lease's TTL,
+``LOUSHO_TEST_HOST`` the host its lease owner names).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from crash_child import make_store  # noqa: E402
 
 from lousho_sync import (  # noqa: E402
     Event,
+    LoushoError,
     Message,
     ModelDone,
     ModelEvent,
@@ -58,6 +62,7 @@ class GatedProvider:
         self.calls = 0
         self.reached = threading.Event()
         self.pace_s = pace_s  # a pause before each piece (the storm's slow model)
+        self.go_file: Path | None = None
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelEvent]:
         self.calls += 1
@@ -67,6 +72,8 @@ class GatedProvider:
                 self.reached.set()
                 while not self.gate.wait(0.05):
                     signal.raise_if_aborted()
+                    if self.go_file is not None and self.go_file.exists():
+                        break  # the parent says go on (it SIGSTOPped and continued us)
             if self.pace_s and signal.wait(self.pace_s):
                 signal.raise_if_aborted()
             signal.raise_if_aborted()
@@ -125,11 +132,23 @@ def main() -> None:
         text, chunks, hold_after = args[0], int(args[1]), int(args[2])
         provider = GatedProvider(text, chunks, hold_after,
                                  pace_s=float(os.environ.get("LOUSHO_TEST_PACE_S", "0")))
-        session = create_agent(provider=provider, store=store).session(id=sid)
+        if os.environ.get("LOUSHO_TEST_HOST"):  # a lease owner that names another host
+            from lousho_sync.stores import _lease
+
+            _lease.HOST = os.environ["LOUSHO_TEST_HOST"]
+        if os.environ.get("LOUSHO_TEST_GO_FILE"):
+            provider.go_file = Path(os.environ["LOUSHO_TEST_GO_FILE"])
+        ttl = os.environ.get("LOUSHO_TEST_LEASE_TTL_S")
+        session = create_agent(provider=provider, store=store).session(
+            id=sid, lease_ttl_s=float(ttl) if ttl else None)
         run = session.start("go")
         _out({"turn": run.turn_id})
         for event in run:
             _out(line_of(event))
+        try:
+            _out({"end": True, "result": run.result(timeout=60).text})
+        except LoushoError as exc:
+            _out({"end": True, "error": exc.code})
     else:  # pragma: no cover
         raise SystemExit(f"unknown mode {mode}")
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from conftest import CHILD_TIMEOUT, STORE_KINDS, wait
 from crash_child import make_store
@@ -32,6 +34,7 @@ from lousho_sync import (
 )
 from lousho_sync._eventlog import EventLog
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
+from lousho_sync.stores.base import StoreCapabilities
 
 HERE = Path(__file__).resolve().parent
 CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
@@ -405,6 +408,90 @@ def test_a_reader_takes_over_a_turn_whose_driver_was_killed(kind: str, tmp_path:
     assert session.pending() is None and session.current_turn() is None
 
 
+def lose_the_lease_and_take_over(kind: str, root: Path, *, host: str | None = None) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]]]:
+    """A driver process whose lease (TTL 1 s) lapses mid-answer — SIGSTOPped past it, or, with
+    ``host``, an owner naming another host (its pid means nothing here) SIGKILLed — and a
+    reader in another process that takes the turn over once the lease expired; a stopped
+    driver is then continued and goes on. (The driver's lines after it went on, the
+    reader's.)"""
+    go = root / "go-on"
+    env = {"LOUSHO_TEST_LEASE_TTL_S": "1", "LOUSHO_TEST_GO_FILE": str(go)}
+    if kind == "postgres":  # a stopped client's open transaction keeps its row locks until
+        # the server ends it: the deployment's idle_in_transaction_session_timeout does
+        url = os.environ["LOUSHO_TEST_POSTGRES_URL"]
+        env["LOUSHO_TEST_POSTGRES_URL"] = (
+            f"{url}{'&' if '?' in url else '?'}"
+            "options=-c%20idle_in_transaction_session_timeout%3D2000")
+    if host is not None:
+        env["LOUSHO_TEST_HOST"] = host
+    driver = child("drive", kind, str(root), "s1", ANSWER, "40", "12", **env)
+    try:
+        turn = driver.line()["turn"]
+        seen: list[dict[str, Any]] = []
+        while sum(1 for e in seen if e["type"] == "text.delta") < 12:
+            seen.append(driver.line())
+        if host is None:
+            os.kill(driver.proc.pid, signal.SIGSTOP)
+        else:
+            driver.kill()  # gone, but its owner names another host: only the lease tells
+        reader = child("attach", kind, str(root), "s1", turn, "-1",
+                       LOUSHO_TEST_ANSWER=ANSWER, LOUSHO_TEST_CHUNKS="40")
+        assert reader.line() == "READY"
+        lines = finish(reader)  # the turn was taken over and finished
+        if host is not None:
+            return [], lines
+        go.touch()
+        os.kill(driver.proc.pid, signal.SIGCONT)
+        rest = []
+        while True:
+            line = driver.line()
+            rest.append(line)
+            if line.get("end"):
+                break
+        assert driver.proc.wait(timeout=CHILD_TIMEOUT) == 0, driver.stderr()
+        return rest, lines
+    finally:
+        if driver.proc.poll() is None:
+            os.kill(driver.proc.pid, signal.SIGCONT)
+            driver.kill()
+
+
+def _taken_over_once(kind: str, root: Path, lines: list[dict[str, Any]]) -> None:
+    assert lines[-1] == {"end": True, "result": ANSWER}
+    events = lines[:-1]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(seqs)))  # in order, nothing missing, nothing twice
+    assert events[-1]["type"] == "run.done"
+    resets = [e for e in events if e["type"] == "step.reset"]
+    assert len(resets) == 1 and resets[0]["step"] == 1
+    assert applied(events) == ANSWER  # after applying step.reset: the committed answer
+    session = create_agent(provider=ScriptedProvider(default="x"),
+                           store=make_store(kind, root)).session(id="s1")
+    assert [m.text for m in session.load()] == ["go", ANSWER]  # committed once
+    assert session.pending() is None and session.current_turn() is None
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres", "encrypted-sqlite"],
+                         indirect=True)
+def test_a_reader_takes_over_a_turn_whose_driver_was_stopped_past_its_lease(
+    kind: str, tmp_path: Path
+) -> None:
+    """(The file store's lease is an OS lock that a stopped process keeps: there a stopped
+    driver's turn waits for it, and a killed one's is taken over at once.)"""
+    rest, lines = lose_the_lease_and_take_over(kind, tmp_path)
+    _taken_over_once(kind, tmp_path, lines)
+    # the stopped driver, continued, found its lease gone: it committed nothing
+    assert rest[-1] == {"end": True, "error": "LOUSHO_LEASE_LOST"}
+
+
+def test_a_reader_takes_over_a_turn_whose_lease_owner_on_another_host_stopped_renewing(
+    tmp_path: Path,
+) -> None:
+    _, lines = lose_the_lease_and_take_over("sqlite", tmp_path, host="another-host")
+    _taken_over_once("sqlite", tmp_path, lines)
+
+
 def test_lousho_aio_start_attach_and_current_turn() -> None:
     import asyncio
 
@@ -461,6 +548,10 @@ def test_lousho_aio_attach_reads_the_store_in_the_pool_while_the_loop_goes_on() 
         def __init__(self) -> None:
             super().__init__()
             self.ops = SlowOps()
+
+        @property
+        def capabilities(self) -> StoreCapabilities:  # adds an event log of its own
+            return attrs.evolve(super().capabilities, events=True)
 
         def event_ops(self) -> SlowOps:
             return self.ops

@@ -333,3 +333,80 @@ def test_a_keyed_start_while_its_turn_runs_attaches_to_it(tmp_path: Path) -> Non
     gate.set()
     a, b = first.result(timeout=60), again.result(timeout=60)
     assert a.replayed is False and b.replayed is True and _same(a, b) and prov.calls == 1
+
+
+def test_a_key_stays_used_after_compaction_summarised_its_turn(tmp_path: Path) -> None:
+    prov = ScriptedProvider(["paid it", "one", "two", "SUMMARY A", "three", "SUMMARY B"],
+                            default="never")
+    db = tmp_path / "agent.db"
+    s = create_agent(provider=prov, store=SqliteStore(db)).session(id="u1")
+    first = s.send("pay 10", idempotency_key="order-7")
+    s.send("a")
+    s.send("b")
+    assert s.compact(keep_last=2) is True  # the keyed turn is now in the summary
+    assert "order-7" not in str([m.text for m in s.messages])
+    calls = prov.calls
+    again = s.send("pay 10", idempotency_key="order-7")
+    assert again.replayed is True and prov.calls == calls
+    assert (again.text, again.run_id, again.steps, again.usage, again.finish_reason) == (
+        first.text, first.run_id, first.steps, first.usage, first.finish_reason)
+    assert again.messages == ()  # they were summarised (session.history() has them)
+    s.send("c")
+    assert s.compact(keep_last=2) is True  # a summary of the summary carries it on
+    other = create_agent(provider=ScriptedProvider(default="never again"),
+                         store=SqliteStore(db)).session(id="u1")
+    replay = other.send("pay 10", idempotency_key="order-7")
+    assert replay.replayed is True and replay.text == "paid it"
+    assert replay.run_id == first.run_id and len(other.messages) == 3
+
+
+def test_compaction_drops_a_key_past_its_ttl(tmp_path: Path) -> None:
+    prov = ScriptedProvider(["paid it", "one", "SUMMARY"], default="again")
+    agent = create_agent(provider=prov, store=SqliteStore(tmp_path / "a.db"))
+    s = agent.session(id="u1", idempotency_ttl_s=1e-9)
+    s.send("pay 10", idempotency_key="order-7")
+    s.send("a")
+    assert s.compact(keep_last=2) is True
+    # the key was past its TTL: the summary kept nothing of it, even for a longer TTL now
+    long = agent.session(id="u1")
+    assert long.send("pay 10", idempotency_key="order-7").replayed is False
+
+
+def test_a_keyed_queue_call_joins_the_running_turn_and_a_retry_never_joins_twice(
+    tmp_path: Path,
+) -> None:
+    offered = threading.Event()
+    holder: dict[str, object] = {}
+
+    @tool
+    def hold() -> str:
+        """Wait until input is queued into the turn (twice: the call and its retry)."""
+        reached.set()
+        offered.wait(60)
+        return "held"
+
+    def answer(request: ModelRequest) -> Step | str:
+        msgs = list(request.messages)
+        if msgs[-1].text == "A":
+            return Step(tool_calls=[("hold", {})])
+        return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
+
+    reached = threading.Event()
+    s = create_agent(provider=ScriptedProvider(default=answer), tools=[hold],
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1",
+                                                                    turn_policy="queue")
+    owner = threading.Thread(target=lambda: holder.update(a=s.send("A")))
+    owner.start()
+    assert reached.wait(60)
+    joined = s.stream("B", idempotency_key="req-1")  # joins the running turn
+    retry = s.stream("B", idempotency_key="req-1")  # the client retries: no second join
+    done = threading.Thread(target=lambda: holder.update(b=joined.result()))
+    done.start()
+    offered.set()
+    owner.join(60)
+    done.join(60)
+    a, b, c = holder["a"], holder["b"], retry.result()
+    assert b is a  # joined in this process: the same result object
+    assert c.replayed is True and c.run_id == a.run_id  # type: ignore[attr-defined]
+    assert texts(s.messages) == ["user:A", "assistant:", "tool:held", "user:B",
+                                 "assistant:saw: A,B"]

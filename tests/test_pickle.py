@@ -56,6 +56,7 @@ from lousho_sync import (
     SessionPage,
     StepReset,
     StepStart,
+    StoreCapabilities,
     TextDelta,
     TextPart,
     ToolCall,
@@ -108,6 +109,7 @@ SAMPLES: dict[str, Any] = {
     "ExecutionResult": RESULT,
     "PendingTurn": PendingTurn("awaiting-approval", "ap-1"),
     "PruneResult": PruneResult(1, 2, 3),
+    "StoreCapabilities": StoreCapabilities(lease=True, fencing=True, mailbox=True),
     "Checkpoint": Checkpoint(
         key="k", session_id="s-1", run_id="run-1", turn_index=3, input=(USER,),
         recorded=(ASSISTANT, TOOL), started_call_ids=("call-1",), queued_inputs=(USER,),

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from conftest import ENCRYPTION_KEY_VAR, approval, assistant, checkpoint, read_line, texts, user
 
@@ -41,7 +42,9 @@ from lousho_sync.errors import (
 from lousho_sync.messages import ImagePart, Message, TextPart, ToolCall, Usage
 from lousho_sync.providers.scripted import ScriptedProvider
 from lousho_sync.results import PruneResult
+from lousho_sync.stores._events import MemoryEventOps, event_ops_of
 from lousho_sync.stores._lease import make_owner
+from lousho_sync.stores._mail import mail_ops_of
 from lousho_sync.stores.base import (
     ApprovalRecord,
     ApprovalStore,
@@ -50,6 +53,8 @@ from lousho_sync.stores.base import (
     Fence,
     LeaseQuery,
     SessionStore,
+    StoreCapabilities,
+    capabilities_of,
     supports_append,
     supports_fencing,
     supports_lease,
@@ -455,6 +460,42 @@ def test_usable_as_agent_store(kit: Kit, store: Any) -> None:
     committer = turn_committer(store.sessions)
     assert (committer is store) is ("commit_turn" not in kit.lacks)
     assert turn_committer(store) is committer
+
+
+def test_capabilities_say_what_the_store_offers(kit: Kit, store: Any) -> None:
+    caps = store.capabilities
+    assert isinstance(caps, StoreCapabilities) and capabilities_of(store) == caps
+    sessions = store.sessions
+    shared = kit.name.removeprefix("encrypted-") != "memory"  # a store across processes
+    # what the kit says the store lacks (each behaviour tested by the tests above/below)
+    assert caps.lease is ("leases" not in kit.lacks) and caps.lease_query is caps.lease
+    assert caps.fencing is ("fencing" not in kit.lacks)
+    assert caps.commit_turn is ("commit_turn" not in kit.lacks)
+    assert caps.prune is ("prune" not in kit.lacks)
+    assert caps.append and caps.revision and caps.catalog  # every built-in store
+    assert caps.events is shared and caps.mailbox  # memory: a mailbox, no log of its own
+    # and the methods are there exactly then
+    methods = {
+        "lease": (sessions, ("acquire_lease", "renew_lease", "release_lease", "fence_token")),
+        "lease_query": (sessions, ("lease_held",)),
+        "append": (sessions, ("append",)),
+        "revision": (sessions, ("revision",)),
+        "catalog": (sessions, ("info", "set_metadata", "history", "compact", "create", "list")),
+        "events": (sessions, ("event_ops",)),
+        "mailbox": (sessions, ("mail_ops",)),
+        "prune": (store, ("prune",)),
+    }
+    for name, (owner, names) in methods.items():
+        offered = [callable(getattr(owner, n, None)) for n in names]
+        assert offered == [getattr(caps, name)] * len(names), name
+    assert (turn_committer(store) is not None) is caps.commit_turn
+    # a session store offers what its store does, but prune; the other parts only fencing
+    assert sessions.capabilities == attrs.evolve(caps, prune=False)
+    for part in (store.checkpoints, store.approvals):
+        assert part.capabilities == StoreCapabilities(fencing=caps.fencing)
+    # without a log of its own, a turn's events live in this process's memory
+    assert isinstance(event_ops_of(sessions), MemoryEventOps) is not caps.events
+    assert (mail_ops_of(sessions) is not None) is caps.mailbox
 
 
 # --- sessions --------------------------------------------------------------------------------

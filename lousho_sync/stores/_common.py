@@ -17,7 +17,7 @@ from ..errors import (
 )
 from ..ids import validate_session_id
 from ..records import ApprovalRecord
-from .base import FencedLease, LeaseQuery
+from .base import FencedLease, LeaseQuery, StoreCapabilities
 
 __all__ = [
     "Closing",
@@ -81,6 +81,16 @@ def overlay(
     return attrs.evolve(
         record, status=cast(_Status, status), reason=reason, resolved_at=resolved
     )
+
+
+SHARED_STORE = StoreCapabilities(lease=True, lease_query=True, fencing=True, append=True,
+                                 revision=True, commit_turn=True, catalog=True, prune=True,
+                                 events=True, mailbox=True)
+"""What SqliteStore, RedisStore and PostgresStore offer."""
+SHARED_SESSIONS = attrs.evolve(SHARED_STORE, prune=False)
+"""What their session stores offer."""
+FENCED_PART = StoreCapabilities(fencing=True)
+"""What their checkpoint and approval stores offer."""
 
 
 class _WithLeasedSessions(Protocol):

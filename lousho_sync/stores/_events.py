@@ -23,6 +23,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from .base import capabilities_of
+
 __all__ = [
     "EventOps",
     "HasEventLog",
@@ -197,16 +199,12 @@ class MemoryEventOps:
 _local: weakref.WeakKeyDictionary[object, MemoryEventOps] = weakref.WeakKeyDictionary()
 _by_id: dict[int, MemoryEventOps] = {}
 _local_lock = threading.Lock()
-_has_log: dict[type, bool] = {}
 
 
 def event_ops_of(store: object) -> EventOps:
-    """The event log of ``store``: its own (:class:`HasEventLog`), else one in this
-    process's memory kept as long as the store object lives."""
-    own = _has_log.get(type(store))
-    if own is None:  # a Protocol isinstance check is slow: once per class
-        own = _has_log[type(store)] = isinstance(store, HasEventLog)
-    if own:
+    """The event log of ``store``: its own (``capabilities.events``: :class:`HasEventLog`),
+    else one in this process's memory kept as long as the store object lives."""
+    if capabilities_of(store).events:
         return store.event_ops()  # type: ignore[attr-defined, no-any-return]
     with _local_lock:
         try:

@@ -66,9 +66,12 @@ class FileEventOps:
         self._bump()
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
+               status: TurnStatus, ended_at: float | None) -> bool:
         try:
             with self._lock:
+                head = self.head(turn_id)
+                if head is not None and head.owner != owner:
+                    return False  # taken over (checked, not locked, across processes)
                 if rows:
                     data = "".join(f"{seq} {text}\n" for seq, text in rows).encode()
                     fd = os.open(self._dir / f"{turn_id}.log",
@@ -86,6 +89,7 @@ class FileEventOps:
         except OSError as exc:
             raise self._fail("write events", exc) from exc
         self._bump()
+        return True
 
     def head(self, turn_id: str) -> TurnHead | None:
         try:

@@ -20,6 +20,8 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from .base import capabilities_of
+
 __all__ = ["HasMailbox", "Mail", "MailOps", "MailPush", "Wake", "mail_ops_of"]
 
 Wake = Callable[[str | None], None]
@@ -90,7 +92,9 @@ class HasMailbox(Protocol):
 
 
 def mail_ops_of(store: object) -> MailOps | None:
-    """The mailbox of ``store``, or None when it has none (the policies fall back)."""
-    get = getattr(store, "mail_ops", None)  # (not isinstance: a turn asks, so it is cheap)
-    ops: MailOps | None = get() if callable(get) else None
+    """The mailbox of ``store`` (``capabilities.mailbox``), or None when it has none (the
+    policies fall back)."""
+    if not capabilities_of(store).mailbox:
+        return None
+    ops: MailOps = store.mail_ops()  # type: ignore[attr-defined]
     return ops

@@ -85,10 +85,14 @@ class PostgresEventOps:
         self._run("begin a turn's event log", fn, write=True)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
+               status: TurnStatus, ended_at: float | None) -> bool:
         q = self._db.q
 
-        def fn(c: Conn) -> None:
+        def fn(c: Conn) -> bool:
+            held: Any = c.execute(q("SELECT owner FROM {s}.lousho_turns WHERE turn_id = %s "
+                                    "FOR UPDATE"), (turn_id,)).fetchone()
+            if held is not None and held[0] != owner:
+                return False  # another owner re-opened the turn (a takeover)
             with c.cursor() as cur:
                 cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s) ON "
                                   "CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data"),
@@ -98,8 +102,9 @@ class PostgresEventOps:
                         "owner = %s, status = %s, ended_at = %s, nrows = nrows + %s "
                         "WHERE turn_id = %s"),
                       (last, owner, status, ended_at, len(rows), turn_id))
+            return True
 
-        self._run("write events", fn, write=True)
+        return self._run("write events", fn, write=True)
 
     def head(self, turn_id: str) -> TurnHead | None:
         row: Any = self._run("read a turn's event log",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 from ._events import TurnHead, TurnStatus
 from ._redis_conn import Conn, as_str
 
@@ -54,23 +56,35 @@ class RedisEventOps:
         self._c.run("begin a turn's event log", fn, head.session_id)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
-        def fn(r: Any) -> None:
-            pipe = r.pipeline(transaction=True)
-            key = self._rows_key(turn_id)
-            for seq, text in rows:
-                pipe.xadd(key, {"d": text}, id=_id(seq))
-            fields: dict[str, Any] = {"owner": owner, "status": status,
-                                      "ended_at": "" if ended_at is None else repr(ended_at)}
-            if rows:
-                fields["last_seq"] = rows[-1][0]
-            pipe.hset(self._head_key(turn_id), mapping=fields)
-            pipe.hincrby(self._head_key(turn_id), "rows", len(rows))
-            if ended_at is not None:
-                pipe.zadd(self._c.key("turns-ended"), {turn_id: ended_at})
-            pipe.execute()
+               status: TurnStatus, ended_at: float | None) -> bool:
+        def fn(r: Any) -> bool:
+            head_key = self._head_key(turn_id)
+            with r.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        pipe.watch(head_key)  # a takeover's begin() in between: try again
+                        held = pipe.hget(head_key, "owner")
+                        if held is not None and as_str(held) != owner:
+                            return False  # another owner re-opened the turn (a takeover)
+                        pipe.multi()
+                        key = self._rows_key(turn_id)
+                        for seq, text in rows:
+                            pipe.xadd(key, {"d": text}, id=_id(seq))
+                        fields: dict[str, Any] = {
+                            "owner": owner, "status": status,
+                            "ended_at": "" if ended_at is None else repr(ended_at)}
+                        if rows:
+                            fields["last_seq"] = rows[-1][0]
+                        pipe.hset(head_key, mapping=fields)
+                        pipe.hincrby(head_key, "rows", len(rows))
+                        if ended_at is not None:
+                            pipe.zadd(self._c.key("turns-ended"), {turn_id: ended_at})
+                        pipe.execute()
+                        return True
+                    except redis_errors.WatchError:
+                        continue
 
-        self._c.run("write events", fn)
+        return self._c.run("write events", fn)
 
     def head(self, turn_id: str) -> TurnHead | None:
         d = self._c.run("read a turn's event log",

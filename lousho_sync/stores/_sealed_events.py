@@ -30,9 +30,10 @@ class SealedEventOps:
         self._inner.begin(head)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
+               status: TurnStatus, ended_at: float | None) -> bool | None:
         sealed = [(seq, self._seal(text, _aad(turn_id, seq))) for seq, text in rows]
-        self._inner.append(turn_id, sealed, owner=owner, status=status, ended_at=ended_at)
+        return self._inner.append(turn_id, sealed, owner=owner, status=status,
+                                  ended_at=ended_at)
 
     def head(self, turn_id: str) -> TurnHead | None:
         return self._inner.head(turn_id)

@@ -78,16 +78,21 @@ class SqliteEventOps:
         self._run("begin a turn's event log", fn, write=True)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
-               status: TurnStatus, ended_at: float | None) -> None:
-        def fn(c: Conn) -> None:
+               status: TurnStatus, ended_at: float | None) -> bool:
+        def fn(c: Conn) -> bool:
+            row: Any = c.execute("SELECT owner FROM lousho_turns WHERE turn_id = ?",
+                                 (turn_id,)).fetchone()
+            if row is not None and row[0] != owner:
+                return False  # another owner re-opened the turn (a takeover)
             c.executemany("INSERT OR REPLACE INTO lousho_events VALUES (?, ?, ?)",
                           [(turn_id, seq, text) for seq, text in rows])
             last = rows[-1][0] if rows else None
             c.execute("UPDATE lousho_turns SET last_seq = coalesce(?, last_seq), owner = ?, "
                       "status = ?, ended_at = ?, nrows = nrows + ? WHERE turn_id = ?",
                       (last, owner, status, ended_at, len(rows), turn_id))
+            return True
 
-        self._run("write events", fn, write=True)
+        return self._run("write events", fn, write=True)
 
     def head(self, turn_id: str) -> TurnHead | None:
         row: Any = self._run("read a turn's event log",

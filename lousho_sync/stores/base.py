@@ -1,7 +1,10 @@
-"""Store protocols, the checkpoint and approval records, and capability detection.
+"""Store protocols, the checkpoint and approval records, and the capabilities of a store.
 
 Required protocols: :class:`SessionStore`, :class:`CheckpointStore`, :class:`ApprovalStore`.
-Optional capabilities, each a Protocol with a helper that detects it:
+What a store offers beyond them it declares in ``store.capabilities``, a
+:class:`StoreCapabilities`; :func:`capabilities_of` reads it, and derives it once for a store
+written before the record existed (from the protocols below). The optional capabilities,
+each a Protocol with a helper that tells:
 
 * :class:`Appendable` (:func:`supports_append`) — ``append(id, messages, *,
   expected_length)`` adds a turn's messages; :class:`~lousho_sync.StoreConflictError` when
@@ -18,10 +21,13 @@ Optional capabilities, each a Protocol with a helper that detects it:
 * fencing (:func:`supports_fencing`) — a part with ``fenced = True`` takes ``fence=`` on
   every write a turn makes and refuses, atomically with the write, a write whose fence
   token is older than the session's newest (:class:`~lousho_sync.LeaseLostError`).
+* the event log (``event_ops()``) and the session mailbox (``mail_ops()``) of a session
+  store shared across processes.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
@@ -49,7 +55,9 @@ __all__ = [
     "Revisioned",
     "SessionStore",
     "StorageService",
+    "StoreCapabilities",
     "TurnCommitter",
+    "capabilities_of",
     "now",
     "resolved",
     "supports_append",
@@ -147,6 +155,49 @@ class StorageService(Protocol):
         ...
 
 
+@attrs.frozen(slots=True, kw_only=True)
+class StoreCapabilities:
+    """What a store offers beyond the required protocols: ``store.capabilities``.
+
+    A combined store (``SqliteStore``, ``AgentStore``, ``EncryptedStore``, …) declares what it
+    offers through itself and its parts; a session store what it offers (``prune`` is a whole
+    store's); a checkpoint or approval store only ``fencing``. Each field, and where its
+    methods are:
+    """
+
+    lease: bool = False
+    """A per-session lease across processes whose every acquisition returns a new, greater
+    fence token: ``sessions.acquire_lease``/``renew_lease``/``release_lease``/``fence_token``."""
+    lease_query: bool = False
+    """``sessions.lease_held(id)`` (:class:`LeaseQuery`): whether a live owner holds the
+    lease now, a read that takes nothing."""
+    fencing: bool = False
+    """Every write a turn makes takes ``fence=`` and refuses, atomically with the write, a
+    token older than the session's newest (``LeaseLostError``)."""
+    append: bool = False
+    """``sessions.append(id, messages, *, expected_length)``."""
+    revision: bool = False
+    """``sessions.revision(id)``: whether a transcript changed, without loading it."""
+    commit_turn: bool = False
+    """A finished turn is committed in one transaction with its checkpoint dropped
+    (``commit_turn`` on the combined store, which :func:`turn_committer` finds)."""
+    catalog: bool = False
+    """The session catalog on ``sessions`` (:class:`Catalogued`)."""
+    prune: bool = False
+    """``store.prune(older_than_s)``."""
+    events: bool = False
+    """The turn event log kept in the store (``sessions.event_ops()``), read from every
+    process; without it a turn's events live in this process's memory."""
+    mailbox: bool = False
+    """The session mailbox (``sessions.mail_ops()``): ``"queue"``, ``"steer"`` and
+    ``"rollback"`` reach a turn another process runs; without it they fall back to
+    ``"wait"`` across processes."""
+
+    def names(self) -> tuple[str, ...]:
+        """The names of the capabilities offered, in field order."""
+        return tuple(f.name for f in attrs.fields(StoreCapabilities) if getattr(self, f.name))
+
+
 @attrs.define(slots=True, kw_only=True)
 class AgentStore:
     """Bundles a session store, a checkpoint store and an approval store (each optional)."""
@@ -154,6 +205,11 @@ class AgentStore:
     sessions: SessionStore | None = None
     checkpoints: CheckpointStore | None = None
     approvals: ApprovalStore | None = None
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """What the parts offer together (:class:`StoreCapabilities`; no ``prune``)."""
+        return _bundled(self, prune=False)
 
 
 
@@ -325,34 +381,95 @@ class Catalogued(Protocol):
 
 def supports_catalog(store: object) -> bool:
     """Whether ``store`` has :class:`Catalogued`'s catalog (list, metadata, history)."""
-    return isinstance(store, Catalogued)
+    return capabilities_of(store).catalog
 
 
 def supports_append(store: object) -> bool:
     """Whether ``store`` has :class:`Appendable`'s ``append``."""
-    return isinstance(store, Appendable)
+    return capabilities_of(store).append
 
 
 def supports_lease(store: object) -> bool:
     """Whether ``store`` offers :class:`Leased`'s lease and fence tokens."""
-    return isinstance(store, Leased)
+    return capabilities_of(store).lease
 
 
 def supports_revision(store: object) -> bool:
     """Whether ``store`` has :class:`Revisioned`'s ``revision``."""
-    return isinstance(store, Revisioned)
+    return capabilities_of(store).revision
 
 
 def supports_fencing(part: object) -> bool:
-    """Whether the store part ``part`` takes ``fence=`` on its writes (``fenced = True``)."""
-    return getattr(part, "fenced", False) is True
+    """Whether the store part ``part`` takes ``fence=`` on its writes."""
+    return capabilities_of(part).fencing
 
 
 def turn_committer(store: object) -> TurnCommitter | None:
-    """What commits turns for ``store``: ``store`` itself when it is a
-    :class:`TurnCommitter`, else the combined store a part names in its ``combined``
-    attribute (SqliteStore's ``sessions``, …), else None."""
-    if isinstance(store, TurnCommitter):
-        return store
+    """What commits turns for ``store`` (``capabilities.commit_turn``): the combined store
+    itself, the one a session store names in its ``combined`` attribute (SqliteStore's
+    ``sessions``, …), or the one an ``AgentStore``'s sessions name; else None."""
+    if not capabilities_of(store).commit_turn:
+        return None
     combined = getattr(store, "combined", None)
-    return combined if isinstance(combined, TurnCommitter) else None
+    if combined is not None:
+        return combined  # type: ignore[no-any-return]
+    if callable(getattr(store, "commit_turn", None)):
+        return store  # type: ignore[return-value]
+    return turn_committer(getattr(store, "sessions", None))  # a bundle: its sessions'
+
+
+# --- what a store declares, or what is derived once for a store that declares nothing --------
+
+_PARTS = ("sessions", "checkpoints", "approvals")
+_derived: weakref.WeakKeyDictionary[object, StoreCapabilities] = weakref.WeakKeyDictionary()
+
+
+def capabilities_of(store: object) -> StoreCapabilities:
+    """``store.capabilities`` when the store declares it; for a store that does not (one
+    written for an earlier release), what its methods offer, derived once per store object
+    (a Leased, Appendable, Revisioned, Catalogued session store; ``fenced = True``; a
+    ``commit_turn``, ``prune``, ``event_ops`` or ``mail_ops`` method)."""
+    declared = getattr(store, "capabilities", None)
+    if isinstance(declared, StoreCapabilities):
+        return declared
+    try:
+        found = _derived.get(store)
+    except TypeError:  # not weakly referenceable: derived at each call
+        return _derive(store)
+    if found is None:
+        found = _derived[store] = _derive(store)
+    return found
+
+
+def _derive(store: object) -> StoreCapabilities:
+    if any(hasattr(store, n) for n in _PARTS):  # a bundle of parts
+        return _bundled(store, prune=callable(getattr(store, "prune", None)))
+    combined = getattr(store, "combined", None)
+    return StoreCapabilities(
+        lease=isinstance(store, Leased),
+        lease_query=isinstance(store, LeaseQuery),
+        fencing=getattr(store, "fenced", False) is True,
+        append=isinstance(store, Appendable),
+        revision=isinstance(store, Revisioned),
+        commit_turn=isinstance(store, TurnCommitter) or isinstance(combined, TurnCommitter),
+        catalog=isinstance(store, Catalogued),
+        prune=callable(getattr(store, "prune", None)),
+        events=callable(getattr(store, "event_ops", None)),
+        mailbox=callable(getattr(store, "mail_ops", None)),
+    )
+
+
+def _bundled(store: object, *, prune: bool) -> StoreCapabilities:
+    """What a bundle of parts offers: its sessions' capabilities, fencing when every part
+    fences, commit_turn when its sessions' committer drops the bundle's own checkpoints."""
+    sessions, checkpoints, approvals = (getattr(store, n, None) for n in _PARTS)
+    caps = capabilities_of(sessions) if sessions is not None else StoreCapabilities()
+    parts = [p for p in (sessions, checkpoints, approvals) if p is not None]
+    committer = turn_committer(sessions) if caps.commit_turn else None
+    return attrs.evolve(
+        caps,
+        fencing=bool(parts) and all(capabilities_of(p).fencing for p in parts),
+        commit_turn=isinstance(store, TurnCommitter) or (
+            committer is not None and committer.checkpoints is checkpoints),
+        prune=prune,
+    )

@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
+
 from ..errors import StoreCorruptError
 from ..ids import is_session_id
 from ..messages import Message
@@ -37,6 +39,7 @@ from ._file_layout import messages_json
 from ._file_lease import FileLeaseOps
 from ._file_mail import FileMailOps
 from ._lease import make_owner
+from .base import StoreCapabilities
 from .storage import (
     DEFAULT_LOCK_TIMEOUT_S,
     EncryptionMark,
@@ -55,6 +58,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+_SESSIONS = StoreCapabilities(lease=True, lease_query=True, append=True, revision=True,
+                              catalog=True, events=True, mailbox=True)
+_STORE = attrs.evolve(_SESSIONS, prune=True)
 
 
 class FileSessionStore(FileCatalog, LeaseRules):
@@ -84,6 +92,12 @@ class FileSessionStore(FileCatalog, LeaseRules):
     """
 
     _leases: FileLeaseOps
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The lease (an OS file lock; writes take no fence), append, revision, the
+        catalog, the event log and the mailbox."""
+        return _SESSIONS
 
     def __init__(
         self, dir: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
@@ -180,6 +194,11 @@ class FileStore:
     """The three file stores under one directory, usable as an agent's ``store``:
     ``<root>/sessions`` (FileSessionStore) and ``<root>/state`` (a FileStorage holding the
     checkpoints and approvals). Adds ``prune``."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Its sessions' capabilities and ``prune`` (no fencing, no ``commit_turn``)."""
+        return _STORE
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)

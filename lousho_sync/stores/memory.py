@@ -17,7 +17,7 @@ from ._engine.checkpoints import CheckpointRules
 from ._engine.commits import AppendRules
 from ._memory_mail import MemoryMailOps
 from ._memory_ops import MemoryApprovals, MemoryCheckpoints, MemoryCommits, MemoryState
-from .base import AgentStore, Fence
+from .base import AgentStore, Fence, StoreCapabilities
 
 __all__ = [
     "InMemoryApprovalStore",
@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 
+_SESSIONS = StoreCapabilities(append=True, revision=True, catalog=True, mailbox=True)
+_PART = StoreCapabilities()
+
+
 class MemorySessionStore(AppendRules):
     """Transcripts in a dict, with the session catalog (metadata, times, the messages
     compaction replaced). Thread-safe (one lock guards the dicts).
@@ -34,6 +38,11 @@ class MemorySessionStore(AppendRules):
     ``append`` is O(turn): the engine's commit rules over the memory commit primitive,
     which grows the stored list in place.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Append, revision, the catalog and the mailbox, in this process."""
+        return _SESSIONS
 
     def __init__(self) -> None:
         state = MemoryState()
@@ -189,6 +198,11 @@ class MemoryCheckpointStore(CheckpointRules):
 
     fenced = False
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Nothing beyond the protocol (no fencing)."""
+        return _PART
+
     def __init__(self) -> None:
         self._ops = MemoryCheckpoints(MemoryState(), keeps_objects=True)
 
@@ -198,6 +212,11 @@ class InMemoryApprovalStore(ApprovalRules):
     atomic under one lock. Not fenced."""
 
     fenced = False
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Nothing beyond the protocol (no fencing)."""
+        return _PART
 
     def __init__(self) -> None:
         self._ops = MemoryApprovals(MemoryState())

@@ -80,6 +80,9 @@ from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
 from ._common import (
+    FENCED_PART,
+    SHARED_SESSIONS,
+    SHARED_STORE,
     Closing,
     LeaseForwarding,
     check_older_than,
@@ -102,6 +105,7 @@ from ._postgres_ops import (
     PostgresLeases,
     locked_token,
 )
+from .base import StoreCapabilities
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -222,6 +226,12 @@ class PostgresSessionStore(LeaseRules, AppendRules):
     """
 
     fenced = True
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """All but ``prune`` (the store's): lease, fencing, append, revision,
+        ``commit_turn`` through ``combined``, the catalog, the event log, the mailbox."""
+        return SHARED_SESSIONS
 
     def __init__(self, db: Db, combined: PostgresStore) -> None:
         self._db = db
@@ -470,6 +480,11 @@ class PostgresSessionStore(LeaseRules, AppendRules):
 class PostgresCheckpointStore(CheckpointRules):
     """The ``checkpoints`` table of a PostgresStore (the rules: the engine's)."""
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Fencing."""
+        return FENCED_PART
+
     def __init__(self, db: Db) -> None:
         self._ops = PostgresCheckpoints(db)
 
@@ -477,6 +492,11 @@ class PostgresCheckpointStore(CheckpointRules):
 class PostgresApprovalStore(ApprovalRules):
     """The ``approvals`` table of a PostgresStore; ``resolve`` is one ``UPDATE ... WHERE
     status = 'pending'`` carrying an op token."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Fencing."""
+        return FENCED_PART
 
     def __init__(self, db: Db) -> None:
         self._ops = PostgresApprovals(db)
@@ -498,6 +518,12 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
     ``close()`` is idempotent and any use after it raises StoreClosedError; a context
     manager.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Everything: lease, fencing, append, revision, ``commit_turn``, the catalog,
+        ``prune``, the event log, the mailbox."""
+        return SHARED_STORE
 
     def __init__(
         self,

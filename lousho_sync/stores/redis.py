@@ -93,6 +93,9 @@ from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
 from ._common import (
+    FENCED_PART,
+    SHARED_SESSIONS,
+    SHARED_STORE,
     Closing,
     LeaseForwarding,
     check_older_than,
@@ -115,6 +118,7 @@ from ._redis_ops import (
     catalog_keys,
     session_keys,
 )
+from .base import StoreCapabilities
 
 __all__ = [
     "LAYOUT_VERSION",
@@ -145,6 +149,12 @@ class RedisSessionStore(LeaseRules, AppendRules):
     """
 
     fenced = True
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """All but ``prune`` (the store's): lease, fencing, append, revision,
+        ``commit_turn`` through ``combined``, the catalog, the event log, the mailbox."""
+        return SHARED_SESSIONS
 
     def __init__(self, conn: Conn, ttl_s: float | None, combined: RedisStore) -> None:
         self._c = conn
@@ -417,6 +427,11 @@ class RedisCheckpointStore(CheckpointRules):
     """Checkpoints as codec JSON strings by key (unknown fields round-trip); writes take
     ``fence=`` (``fenced``). Thread-safe."""
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Fencing."""
+        return FENCED_PART
+
     def __init__(self, conn: Conn) -> None:
         self._ops = RedisCheckpoints(conn)
 
@@ -425,6 +440,11 @@ class RedisApprovalStore(ApprovalRules):
     """Approval records as hashes; ``resolve`` is one script that changes a pending record
     only, so exactly one caller across threads, processes and machines wins; ``create``
     takes ``fence=`` (``fenced``). Thread-safe."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Fencing."""
+        return FENCED_PART
 
     def __init__(self, conn: Conn) -> None:
         self._ops = RedisApprovals(conn)
@@ -443,6 +463,12 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
     (never the password). Thread-safe; ``close()`` is idempotent and any use after it raises
     StoreClosedError; a context manager.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Everything: lease, fencing, append, revision, ``commit_turn``, the catalog,
+        ``prune``, the event log, the mailbox."""
+        return SHARED_STORE
 
     def __init__(
         self,

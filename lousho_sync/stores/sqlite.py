@@ -86,6 +86,9 @@ from ..messages import Message
 from ..records import Fence
 from ..results import PruneResult
 from ._common import (
+    FENCED_PART,
+    SHARED_SESSIONS,
+    SHARED_STORE,
     Closing,
     LeaseForwarding,
     check_older_than,
@@ -113,6 +116,7 @@ from ._sqlite_ops import (
     token_of,
 )
 from ._sqlite_rows import INFO_COLUMNS, decode_history, decode_info, decode_transcript, load_rows
+from .base import StoreCapabilities
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -141,6 +145,12 @@ class SqliteSessionStore(LeaseSavingRules, AppendRules):
     """
 
     fenced = True
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """All but ``prune`` (the store's): lease, fencing, append, revision,
+        ``commit_turn`` through ``combined``, the catalog, the event log, the mailbox."""
+        return SHARED_SESSIONS
 
     def __init__(self, db: Db, combined: SqliteStore) -> None:
         self._db = db
@@ -390,12 +400,22 @@ class SqliteCheckpointStore(CheckpointRules):
     """Checkpoints of a SqliteStore, one ``WITHOUT ROWID`` row each; progress checkpoints
     of a running turn ride on the next sync."""
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Fencing."""
+        return FENCED_PART
+
     def __init__(self, db: Db) -> None:
         self._ops = SqliteCheckpoints(db)
 
 
 class SqliteApprovalStore(ApprovalRules):
     """Approval rows of a SqliteStore; ``resolve`` is one conditional UPDATE."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Fencing."""
+        return FENCED_PART
 
     def __init__(self, db: Db) -> None:
         self._ops = SqliteApprovals(db)
@@ -411,6 +431,12 @@ class SqliteStore(CommitRules, LeaseForwarding, Closing):
     in one transaction; the lease methods forward to ``sessions``. Thread-safe; ``close()``
     is idempotent and any use after it raises StoreClosedError; a context manager.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Everything: lease, fencing, append, revision, ``commit_turn``, the catalog,
+        ``prune``, the event log, the mailbox."""
+        return SHARED_STORE
 
     def __init__(
         self,

@@ -41,7 +41,7 @@ from ..errors import (
 from ._common import (
     encrypted_refusal,
 )
-from .base import ApprovalRecord, Checkpoint, StorageService, resolved
+from .base import ApprovalRecord, Checkpoint, StorageService, StoreCapabilities, resolved
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -291,6 +291,9 @@ def _corrupt(storage: StorageService, key: str, what: str, exc: StoreCorruptErro
     )
 
 
+_PART = StoreCapabilities()
+
+
 class LocalStorageCheckpointStore:
     """A :class:`~lousho_sync.stores.base.CheckpointStore` over a StorageService (or a
     directory path, wrapped in :class:`FileStorage`): ``checkpoints/<key>.json``.
@@ -300,6 +303,11 @@ class LocalStorageCheckpointStore:
     """
 
     _PREFIX = "checkpoints/"
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Nothing beyond the protocol (no fencing)."""
+        return _PART
 
     def __init__(self, storage: StorageService | str | os.PathLike[str]) -> None:
         self._storage = _storage(storage)
@@ -353,6 +361,11 @@ class StorageServiceApprovalStore:
     """
 
     _PREFIX = "approvals/"
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Nothing beyond the protocol (no fencing)."""
+        return _PART
 
     def __init__(self, storage: StorageService | str | os.PathLike[str]) -> None:
         self._storage = _storage(storage)
