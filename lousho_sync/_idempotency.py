@@ -60,9 +60,12 @@ def _stamp(m: Message, value: Mapping[str, Any]) -> Message:
     return attrs.evolve(m, extra={**m.extra, EXTRA: dict(value)})
 
 
-def claim(msgs: tuple[Message, ...], key: str) -> tuple[Message, ...]:
-    """The turn's input with ``key`` recorded on its first message."""
-    return (_stamp(msgs[0], {"key": key}), *msgs[1:]) if msgs else msgs
+def claim(msgs: tuple[Message, ...], key: str, also: str | None = None) -> tuple[Message, ...]:
+    """The turn's input with ``key`` recorded on its first message (``also``: the caller's
+    idempotency key of an input joining another turn through the mailbox, whose ``key`` is
+    the mail's id: the turn that applies it seals both)."""
+    stamp: dict[str, Any] = {"key": key} if also is None else {"key": key, "also": [also]}
+    return (_stamp(msgs[0], stamp), *msgs[1:]) if msgs else msgs
 
 
 def claims(msgs: Sequence[Message]) -> list[str]:
@@ -77,6 +80,7 @@ def claims(msgs: Sequence[Message]) -> list[str]:
             key = stamp.get("key")
             if isinstance(key, str):
                 out.append(key)
+            out.extend(k for k in stamp.get("also") or () if isinstance(k, str))
     return out
 
 

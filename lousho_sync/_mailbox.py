@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import attrs
 
+from . import _idempotency as idem
 from .codec import message_from_dict, message_to_dict
 from .control import TurnControl
 from .messages import Message
@@ -262,7 +263,8 @@ class _Watcher:
             _log.warning("dropped an unreadable mail %s of session %s", m.mail_id,
                          m.session_id, exc_info=True)
             return
-        entry.control.offer(msgs, steer=m.kind == "steer")
+        # a retry's input (its idempotency key already in the turn) is not applied twice
+        entry.control.offer(msgs, steer=m.kind == "steer", keys=tuple(idem.claims(msgs[:1])))
 
     def _drop(self, m: Mail) -> None:
         try:

@@ -50,6 +50,8 @@ class TurnControl:
         """True for a turn whose events go to an event log (``Session.start``, a takeover):
         its commit records the turn's id in its last message (see
         :func:`lousho_sync._eventlog.seal_turn`)."""
+        self.keys: set[str] = set()
+        """The idempotency keys of the turn's input and of the input joined into it."""
         self.reachable = True
         """False when nobody else can abort this turn (no caller's signal, no run handle
         given out, no session slot others may roll back: ``agent.send()`` without a
@@ -66,11 +68,18 @@ class TurnControl:
         self._seq = itertools.count(seq)
 
     # --- queued input ------------------------------------------------------------------
-    def offer(self, messages: tuple[Message, ...], *, steer: bool, token: object = None) -> bool:
-        """Queue input into the turn; False when the turn no longer takes input."""
+    def offer(self, messages: tuple[Message, ...], *, steer: bool, token: object = None,
+              keys: tuple[str, ...] = ()) -> bool:
+        """Queue input into the turn; False when the turn no longer takes input, or when
+        ``keys`` (the input's idempotency keys) holds one the turn already has (its own
+        input's, or a joined input's: a retry joins no turn twice)."""
         with self._lock:
             if not self._open:
                 return False
+            if keys:
+                if not self.keys.isdisjoint(keys):
+                    return False
+                self.keys.update(keys)
             self._queued.extend(messages)
             self._announced.append(messages)
             if token is not None:

@@ -402,8 +402,10 @@ class Session:
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
-            if key is not None and policy != "reject":
-                policy = "wait"  # a keyed call never joins nor drops another turn
+            if key is not None and policy != "reject" and (
+                    policy == "rollback"
+                    or idem.find(st.messages, key, self.idempotency_ttl_s) is not None):
+                policy = "wait"  # a used key replays; a keyed call never drops a turn
             current = st.current
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
@@ -412,7 +414,8 @@ class Session:
                 )
             if policy in ("queue", "steer") and current is not None and current.control:
                 token = object()
-                if current.control.offer(msgs, steer=policy == "steer", token=token):
+                if current.control.offer(msgs, steer=policy == "steer", token=token,
+                                         keys=() if key is None else (key,)):
                     seq = next(st.seq)
                     return (
                         lambda emit: self._join_driver(current, token, seq, msgs, signal,

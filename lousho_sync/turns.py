@@ -274,7 +274,9 @@ class SessionTurn:
         assert control is not None
         unlink = link(self._signal, control.abort)
         msgs = self._input
-        key = key_of(msgs)
+        key = own_key = key_of(msgs)
+        if own_key is not None:
+            control.keys.add(own_key)  # a retry never joins this turn
         mail = self._p.mail
         mail_id: str | None = None
         unregister: Callable[[], None] | None = None
@@ -299,6 +301,11 @@ class SessionTurn:
                             and key is None and self._policy in ("queue", "steer", "rollback"):
                         got, mail_id, msgs = self._through_mailbox(mail, hold, control, msgs)
                         key = mail_id
+                    elif hold is not None and mail is not None and msgs is not None \
+                            and key is not None and self._policy in ("queue", "steer"):
+                        got, mail_id, msgs, attached = yield from self._keyed_through_mailbox(
+                            mail, log, key, hold, control, msgs, emit)
+                        key = mail_id or key
                     elif hold is not None and log is not None and self._wait:
                         assert key is not None
                         got, attached = yield from self._lease_or_attach(log, key, hold,
@@ -335,9 +342,14 @@ class SessionTurn:
                             raise
                         replay = (idem.find(st.messages, key, self._idem_ttl_s)
                                   if key is not None else None)
+                        joined = replay is not None and mail_id is not None
+                        if replay is None and own_key is not None and key != own_key:
+                            # a keyed input posted to the mailbox that no turn took: is its
+                            # key used (another call with it was applied)?
+                            replay = idem.find(st.messages, own_key, self._idem_ttl_s)
                         if msgs is None:
                             result = resumed
-                        elif replay is not None and mail_id is not None:  # joined
+                        elif replay is not None and joined:
                             result = attrs.evolve(replay, replayed=False, joined=True)
                         elif replay is not None:  # the key was used: no second turn
                             result = replay
@@ -350,9 +362,9 @@ class SessionTurn:
                                                           self._limits, self._idem_ttl_s)
                                 publisher = None
                                 if log is not None:
-                                    assert key is not None
+                                    assert own_key is not None
                                     publisher = log.begin(control.run_id, self._p.id, st.owner)
-                                    note_keyed(self._p.id, key, control)
+                                    note_keyed(self._p.id, own_key, control)
                                 play = self._new_turn(control, msgs, hold,
                                                       emit or publisher is not None)
                                 if publisher is not None:
@@ -459,6 +471,43 @@ class SessionTurn:
         control.run_id = own_id  # this call goes on as its own turn (or a replay)
         control.rewind_seq(last + 1)
         return None
+
+    def _keyed_through_mailbox(
+        self, mail: MailOps, log: EventLog | None, key: str, hold: LeaseHold,
+        control: TurnControl, msgs: tuple[Message, ...], emit: bool,
+    ) -> Generator[RunEvent, None, tuple[bool, str | None, tuple[Message, ...],
+                                         ExecutionResult | None]]:
+        """``"queue"``/``"steer"`` with an idempotency key when another process holds the
+        lease: attach to the running turn when it is the key's; wait for the lease when the
+        key is used in the transcript; else post the input to the mailbox claiming both the
+        mail's id and the key (the turn that applies it seals both, so a retry finds it).
+        Returns (the lease is taken, the mail id, the input, the attached turn's result)."""
+        try:
+            return hold.acquire(wait=False), None, msgs, None
+        except SessionBusyError:
+            pass
+        if log is not None:
+            taken: list[bool] = []
+
+            def try_lease() -> bool:
+                try:
+                    got = hold.acquire(wait=False)
+                except SessionBusyError:
+                    return False
+                taken.append(got)
+                return got
+
+            attached = yield from self._attach(log, key, control, emit, try_lease)
+            if attached is not None or taken:
+                return bool(taken), None, msgs, attached
+        stored = self._p.sessions.load(self._p.id) or []
+        if idem.find(stored, key, self._idem_ttl_s) is not None:  # used: replayed under it
+            return hold.acquire(wait=True, signal=control.signal), None, msgs, None
+        mail_id = mailbox.mail_key()
+        msgs = idem.claim(msgs, mail_id, also=key)
+        mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
+                           mail_id=mail_id, poster=hold.owner)
+        return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs, None
 
     def _through_mailbox(
         self, mail: MailOps, hold: LeaseHold, control: TurnControl, msgs: tuple[Message, ...]
@@ -638,7 +687,7 @@ def keyed_turn(log: EventLog, session_id: str, key: str) -> TurnHead | None:
     except Exception:
         _log.warning("could not read turn %s of the event log", head.turn_id, exc_info=True)
         return None
-    if not isinstance(first, RunStart) or key_of(first.input) != key:
+    if not isinstance(first, RunStart) or key not in idem.claims(first.input[:1]):
         return None
     return head
 

@@ -9,7 +9,8 @@ next model call answers ``"saw: <user messages>"``; ROLE ``startowner`` is ``own
 and its first model call hangs (printing ``IN_CALL``) until it is aborted. ROLE
 ``queue``/``steer``/``rollback`` sends ``"B"`` under that policy; ROLE ``abort`` calls
 ``abort_turn()``; ROLE ``attachabort`` attaches to the running turn and calls
-``run.abort()``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
+``run.abort()``; ROLE ``keyqueue`` sends ``"B"`` under ``"queue"`` with the
+idempotency key ``"req-1"``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
 line.
 """
 
@@ -83,6 +84,8 @@ def main() -> None:
         mailbox.post_input = post_input  # type: ignore[assignment]
         mailbox.post_abort = post_abort  # type: ignore[assignment]
     policy = role if role in ("queue", "steer", "rollback") else "wait"
+    if role == "keyqueue":
+        policy = "queue"
     if ":" in role:
         policy = "rollback" if role.startswith("rollback:") else "queue"
     script = [Step(text="never", gate=_Announced())] if role == "steerowner" else []
@@ -103,10 +106,13 @@ def main() -> None:
         r = session.start("A").result()
     elif ":" in role:
         r = session.send(role.partition(":")[2])
+    elif role == "keyqueue":
+        r = session.send("B", idempotency_key="req-1")
     else:
         r = session.send("A" if role.endswith("owner") else "B")
     print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
-                      "joined": r.joined, "messages": [m.text for m in r.messages]}),
+                      "joined": r.joined, "replayed": r.replayed,
+                      "messages": [m.text for m in r.messages]}),
           flush=True)
 
 

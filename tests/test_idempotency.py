@@ -370,3 +370,43 @@ def test_compaction_drops_a_key_past_its_ttl(tmp_path: Path) -> None:
     # the key was past its TTL: the summary kept nothing of it, even for a longer TTL now
     long = agent.session(id="u1")
     assert long.send("pay 10", idempotency_key="order-7").replayed is False
+
+
+def test_a_keyed_queue_call_joins_the_running_turn_and_a_retry_never_joins_twice(
+    tmp_path: Path,
+) -> None:
+    offered = threading.Event()
+    holder: dict[str, object] = {}
+
+    @tool
+    def hold() -> str:
+        """Wait until input is queued into the turn (twice: the call and its retry)."""
+        reached.set()
+        offered.wait(60)
+        return "held"
+
+    def answer(request: ModelRequest) -> Step | str:
+        msgs = list(request.messages)
+        if msgs[-1].text == "A":
+            return Step(tool_calls=[("hold", {})])
+        return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
+
+    reached = threading.Event()
+    s = create_agent(provider=ScriptedProvider(default=answer), tools=[hold],
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1",
+                                                                    turn_policy="queue")
+    owner = threading.Thread(target=lambda: holder.update(a=s.send("A")))
+    owner.start()
+    assert reached.wait(60)
+    joined = s.stream("B", idempotency_key="req-1")  # joins the running turn
+    retry = s.stream("B", idempotency_key="req-1")  # the client retries: no second join
+    done = threading.Thread(target=lambda: holder.update(b=joined.result()))
+    done.start()
+    offered.set()
+    owner.join(60)
+    done.join(60)
+    a, b, c = holder["a"], holder["b"], retry.result()
+    assert b is a  # joined in this process: the same result object
+    assert c.replayed is True and c.run_id == a.run_id  # type: ignore[attr-defined]
+    assert texts(s.messages) == ["user:A", "assistant:", "tool:held", "user:B",
+                                 "assistant:saw: A,B"]

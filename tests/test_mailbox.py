@@ -437,3 +437,27 @@ def test_the_owner_drops_input_whose_sender_died_before_it_was_taken() -> None:
         unregister()
     assert [m.text for m in control.queued()] == ["alive"]
     assert [m.poster for m in ops.line("s")] == [alive]  # the dead sender's mail is gone
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_keyed_queue_call_joins_and_its_retry_replays_that_turn(
+    kind: str, tmp_path: Path
+) -> None:
+    procs = [_owner_in_tool(kind, tmp_path)]
+    try:
+        procs.append(_spawn("keyqueue", kind, tmp_path))
+        _go(procs[1])
+        a, b = _result(procs[0]), _result(procs[1])
+        retry = _spawn("keyqueue", kind, tmp_path)  # the same key again, after the commit
+        procs.append(retry)
+        _go(retry)
+        c = _result(retry)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert b["joined"] is True and b["replayed"] is False and b["run_id"] == a["run_id"]
+    assert c["replayed"] is True and c["joined"] is False and c["run_id"] == a["run_id"]
+    assert c["text"] == b["text"] == a["text"] == "saw: A,B"
+    assert _messages(kind, tmp_path) == [("user", "A"), ("assistant", ""), ("tool", "held"),
+                                         ("user", "B"), ("assistant", "saw: A,B")]
