@@ -106,9 +106,10 @@ async def stream_events(scope: dict[str, Any], receive: Any, send: Any, session:
     hangs up (which leaves the turn running)."""
     query = parse_qs(scope.get("query_string", b"").decode())
     headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-    try:
+    try:  # lousho_aio reads the store in its pool when the first frame is asked for
         frames = sse_stream(session, turn_id=query.get("turn", [None])[0],
                             last_event_id=headers.get("last-event-id"))
+        first = await anext(frames)
     except InvalidEventIdError as exc:  # a bad or foreign Last-Event-ID
         await json_response(send, 400, {"error": str(exc), "code": exc.code})
         return
@@ -119,6 +120,7 @@ async def stream_events(scope: dict[str, Any], receive: Any, send: Any, session:
         (k.lower().encode(), v.encode()) for k, v in HEADERS.items()]})
 
     async def forward() -> None:
+        await send({"type": "http.response.body", "body": first.encode(), "more_body": True})
         async for frame in frames:
             await send({"type": "http.response.body", "body": frame.encode(),
                         "more_body": True})

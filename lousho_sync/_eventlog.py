@@ -143,8 +143,11 @@ def encode(event: RunEvent) -> str:
     return json.dumps(d, ensure_ascii=True, separators=(",", ":"))
 
 
-def decode(text: str | bytes, turn_id: str, seq: int) -> Event:
-    """The event of a row; StoreCorruptError for a row this release cannot read."""
+def decode(text: str | bytes | RunEvent, turn_id: str, seq: int) -> Event:
+    """The event of a row (its JSON, or the event itself where the memory log keeps it);
+    StoreCorruptError for a row this release cannot read."""
+    if isinstance(text, RunEvent):
+        return text  # type: ignore[return-value]  # every RunEvent published is an Event
     if type(text) is str and text.startswith(_DELTA) and text.endswith('"}'):
         try:
             delta, end = _scanstring(text, len(_DELTA) + 1)

@@ -138,12 +138,15 @@ def _surrogate(value: object, depth: int) -> str | None:
     if depth > _MAX_DEPTH or value is None or isinstance(value, _LEAVES):
         return None
     children: Iterable[object]
-    if isinstance(value, Mapping):
+    getter = _FIELDS.get(type(value))  # a record seen before (a message): no ABC check
+    if getter is not None:
+        children = getter(value)
+    elif isinstance(value, Mapping):
         children = chain.from_iterable(value.items())
     elif isinstance(value, (list, tuple)):
         children = value
     else:
-        getter = _FIELDS.get(type(value)) or _fields_of(type(value))
+        getter = _fields_of(type(value))
         if getter is None:
             return None
         children = getter(value)
@@ -154,7 +157,8 @@ def _surrogate(value: object, depth: int) -> str | None:
         if cls is str:
             if child.isascii():  # type: ignore[union-attr]
                 continue
-        elif child is None or cls is int or cls is bool or (cls in _EMPTY_OK and not child):
+        elif (child is None or cls is int or cls is bool or cls is float
+              or (cls in _EMPTY_OK and not child)):
             continue
         hit = _surrogate(child, depth + 1)
         if hit:

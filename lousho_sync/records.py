@@ -57,6 +57,8 @@ def _strs(value: Iterable[str]) -> tuple[str, ...]:
 
 def _key(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A record's id fields become store keys: no NUL, no surrogate code point."""
+    if type(value) is str and value.isascii() and "\0" not in value:  # the common case
+        return  # (a record is made per step: no message built for a good key)
     if value is not None or attribute.name not in ("session_id",):
         check_storable_id(value, f"{type(inst).__name__}.{attribute.name}")
 

@@ -270,14 +270,7 @@ class Session:
         leasable = self._state.leasable
         if owner == self._state.owner or leasable is None:
             return False
-        if self._state.lease_query is not None:  # a read: the lease and its token stay
-            held = self._state.lease_query.lease_held(self._id)
-        else:  # a store without the query: try the lease under a throwaway owner
-            probe = make_owner()
-            held = not leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0)
-            if not held:
-                leasable.release_lease(self._id, owner=probe)
-        if held:
+        if self._lease_held():
             lapsed.discard(owner)
             return False
         if owner in lapsed:
@@ -357,15 +350,22 @@ class Session:
         leasable = st.leasable
         if mail is None or leasable is None:
             return False
-        if st.lease_query is not None:  # a read: the lease and its token stay as they are
-            if not st.lease_query.lease_held(self._id):
-                return False
-        else:  # a store of its own without the query: try the lease under a throwaway owner
-            probe = make_owner()
-            if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
-                leasable.release_lease(self._id, owner=probe)
-                return False
+        if not self._lease_held():
+            return False
         post_abort(mail, self._id, reason, turn_id)
+        return True
+
+    def _lease_held(self) -> bool:
+        """Whether a live owner holds the session's lease now (a leased store)."""
+        st = self._state
+        if st.lease_query is not None:  # a read: the lease and its token stay as they are
+            return st.lease_query.lease_held(self._id)
+        leasable = st.leasable  # a store of its own without the query: a throwaway owner
+        assert leasable is not None
+        probe = make_owner()
+        if leasable.acquire_lease(self._id, owner=probe, ttl_s=5.0, wait_s=0.0):
+            leasable.release_lease(self._id, owner=probe)
+            return False
         return True
 
     def _event_log(self) -> EventLog:

@@ -400,11 +400,12 @@ class SessionTurn:
             st.release_slot(turn)
 
     def _lease_or_attach(
-        self, log: EventLog, key: str, hold: LeaseHold, control: TurnControl, emit: bool
+        self, log: EventLog | None, key: str, hold: LeaseHold, control: TurnControl,
+        emit: bool, *, wait: bool = True,
     ) -> Generator[RunEvent, None, tuple[bool, ExecutionResult | None]]:
         """Take the lease for a keyed call; while another process holds it, attach to its
-        running turn when that is the turn of ``key`` (see :meth:`_attach`). Returns (the
-        lease is taken, the attached turn's result)."""
+        running turn when that is the turn of ``key`` (see :meth:`_attach`), else (``wait``)
+        wait for the lease. Returns (the lease is taken, the attached turn's result)."""
         try:
             return hold.acquire(wait=False), None
         except SessionBusyError:
@@ -419,11 +420,12 @@ class SessionTurn:
             taken.append(got)
             return got
 
-        attached = yield from self._attach(log, key, control, emit, try_lease)
-        if attached is not None:
-            return False, attached
-        if taken:
-            return True, None
+        if log is not None:
+            attached = yield from self._attach(log, key, control, emit, try_lease)
+            if attached is not None:
+                return False, attached
+        if taken or not wait:
+            return bool(taken), None
         return hold.acquire(wait=True, signal=control.signal), None
 
     def _attach(
@@ -482,24 +484,10 @@ class SessionTurn:
         key is used in the transcript; else post the input to the mailbox claiming both the
         mail's id and the key (the turn that applies it seals both, so a retry finds it).
         Returns (the lease is taken, the mail id, the input, the attached turn's result)."""
-        try:
-            return hold.acquire(wait=False), None, msgs, None
-        except SessionBusyError:
-            pass
-        if log is not None:
-            taken: list[bool] = []
-
-            def try_lease() -> bool:
-                try:
-                    got = hold.acquire(wait=False)
-                except SessionBusyError:
-                    return False
-                taken.append(got)
-                return got
-
-            attached = yield from self._attach(log, key, control, emit, try_lease)
-            if attached is not None or taken:
-                return bool(taken), None, msgs, attached
+        got, attached = yield from self._lease_or_attach(log, key, hold, control, emit,
+                                                         wait=False)
+        if got or attached is not None:
+            return got, None, msgs, attached
         stored = self._p.sessions.load(self._p.id) or []
         if idem.find(stored, key, self._idem_ttl_s) is not None:  # used: replayed under it
             return hold.acquire(wait=True, signal=control.signal), None, msgs, None

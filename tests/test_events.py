@@ -446,13 +446,13 @@ def test_a_reader_takes_over_a_turn_whose_driver_was_killed(kind: str, tmp_path:
 
 def lose_the_lease_and_take_over(kind: str, root: Path, *, host: str | None = None) -> tuple[
         list[dict[str, Any]], list[dict[str, Any]]]:
-    """A driver process whose lease (TTL 1 s) lapses mid-answer — SIGSTOPped past it, or, with
+    """A driver process whose lease (TTL 2 s) lapses mid-answer — SIGSTOPped past it, or, with
     ``host``, an owner naming another host (its pid means nothing here) SIGKILLed — and a
     reader in another process that takes the turn over once the lease expired; a stopped
     driver is then continued and goes on. (The driver's lines after it went on, the
     reader's.)"""
     go = root / "go-on"
-    env = {"LOUSHO_TEST_LEASE_TTL_S": "1", "LOUSHO_TEST_GO_FILE": str(go)}
+    env = {"LOUSHO_TEST_LEASE_TTL_S": "2", "LOUSHO_TEST_GO_FILE": str(go)}
     if kind == "postgres":  # a stopped client's open transaction keeps its row locks until
         # the server ends it: the deployment's idle_in_transaction_session_timeout does
         url = os.environ["LOUSHO_TEST_POSTGRES_URL"]

@@ -56,6 +56,20 @@ def _owner_in_tool(kind: str, root: Path, role: str = "owner") -> subprocess.Pop
     return owner
 
 
+def _with_owner(role: str, kind: str, root: Path, owner: str = "owner") -> tuple[Any, Any]:
+    """The results of an ``owner`` process held in its tool and of a ``role`` process
+    released then (both killed when the test fails)."""
+    procs = [_owner_in_tool(kind, root, owner)]
+    try:
+        procs.append(_spawn(role, kind, root))
+        _go(procs[1])
+        return _result(procs[0]), _result(procs[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
 def _messages(kind: str, root: Path) -> list[tuple[str, str]]:
     store = make_store(kind, root)
     try:
@@ -75,15 +89,7 @@ def _fence_token(kind: str, root: Path) -> Any:
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
 def test_queue_from_another_process_joins_the_running_turn(kind: str, tmp_path: Path) -> None:
-    procs = [_owner_in_tool(kind, tmp_path)]
-    try:
-        procs.append(_spawn("queue", kind, tmp_path))
-        _go(procs[1])
-        a, b = _result(procs[0]), _result(procs[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    a, b = _with_owner("queue", kind, tmp_path)
     assert a["text"] == "saw: A,B" and a["joined"] is False
     assert b["joined"] is True and b["run_id"] == a["run_id"] and b["text"] == a["text"]
     assert b["messages"] == a["messages"]
@@ -96,30 +102,14 @@ def test_queue_from_another_process_joins_the_running_turn(kind: str, tmp_path: 
 def test_rollback_from_another_process_drops_the_turn_and_runs_next(
     kind: str, tmp_path: Path
 ) -> None:
-    procs = [_owner_in_tool(kind, tmp_path)]
-    try:
-        procs.append(_spawn("rollback", kind, tmp_path))
-        _go(procs[1])
-        a, b = _result(procs[0]), _result(procs[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    a, b = _with_owner("rollback", kind, tmp_path)
     assert a["finish"] == "aborted" and b["text"] == "saw: B" and b["joined"] is False
     assert _messages(kind, tmp_path) == [("user", "B"), ("assistant", "saw: B")]
 
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
 def test_abort_turn_from_another_process_stops_the_turn(kind: str, tmp_path: Path) -> None:
-    procs = [_owner_in_tool(kind, tmp_path)]
-    try:
-        procs.append(_spawn("abort", kind, tmp_path))
-        _go(procs[1])
-        a, b = _result(procs[0]), _result(procs[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    a, b = _with_owner("abort", kind, tmp_path)
     assert b == {"asked": True} and a["finish"] == "aborted"
     assert _messages(kind, tmp_path) == []
     token = _fence_token(kind, tmp_path)
@@ -134,15 +124,7 @@ def test_abort_turn_from_another_process_stops_the_turn(kind: str, tmp_path: Pat
 def test_abort_on_a_run_attached_in_another_process_stops_the_turn(
     kind: str, tmp_path: Path
 ) -> None:
-    procs = [_owner_in_tool(kind, tmp_path, "startowner")]
-    try:
-        procs.append(_spawn("attachabort", kind, tmp_path))
-        _go(procs[1])
-        a, b = _result(procs[0]), _result(procs[1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    a, b = _with_owner("attachabort", kind, tmp_path, owner="startowner")
     assert a["finish"] == "aborted" and b == {"finish": "aborted"}
     assert _messages(kind, tmp_path) == []
 
@@ -454,19 +436,14 @@ def test_the_owner_drops_input_whose_sender_died_before_it_was_taken() -> None:
 def test_a_keyed_queue_call_joins_and_its_retry_replays_that_turn(
     kind: str, tmp_path: Path
 ) -> None:
-    procs = [_owner_in_tool(kind, tmp_path)]
+    a, b = _with_owner("keyqueue", kind, tmp_path)
+    retry = _spawn("keyqueue", kind, tmp_path)  # the same key again, after the commit
     try:
-        procs.append(_spawn("keyqueue", kind, tmp_path))
-        _go(procs[1])
-        a, b = _result(procs[0]), _result(procs[1])
-        retry = _spawn("keyqueue", kind, tmp_path)  # the same key again, after the commit
-        procs.append(retry)
         _go(retry)
         c = _result(retry)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        if retry.poll() is None:
+            retry.kill()
     assert b["joined"] is True and b["replayed"] is False and b["run_id"] == a["run_id"]
     assert c["replayed"] is True and c["joined"] is False and c["run_id"] == a["run_id"]
     assert c["text"] == b["text"] == a["text"] == "saw: A,B"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import approval, checkpoint, texts, user, wait
 
+from lousho_sync.codec import dumps_checkpoint
 from lousho_sync.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -25,7 +26,7 @@ from lousho_sync.errors import (
     StoreConflictError,
     StoreCorruptError,
 )
-from lousho_sync.records import Fence
+from lousho_sync.records import Checkpoint, Fence
 from lousho_sync.stores._engine.approvals import ApprovalRules
 from lousho_sync.stores._engine.checkpoints import CheckpointRules
 from lousho_sync.stores._engine.commits import AppendRules, CommitRules
@@ -45,10 +46,10 @@ JOIN = 60.0  # seconds: the longest a test waits for a thread
 class Engine(LeaseRules, CheckpointRules, CommitRules, AppendRules):
     """Sessions, leases and checkpoints through the rules, over one memory state."""
 
-    def __init__(self, state: MemoryState) -> None:
+    def __init__(self, state: MemoryState, *, keeps_objects: bool = False) -> None:
         self._leases = MemoryLeases(state)
-        self._ops = MemoryCheckpoints(state)
-        self._commits = MemoryCommits(state)
+        self._ops = MemoryCheckpoints(state, keeps_objects=keeps_objects)
+        self._commits = MemoryCommits(state, keeps_objects=keeps_objects)
 
 
 class Approvals(ApprovalRules):
@@ -304,6 +305,34 @@ def test_a_checkpoint_round_trips_with_unknown_fields(engine: Engine) -> None:
     engine.delete("s1.turn-0")
     engine.delete("s1.turn-0")  # absent: no error
     assert engine.load("s1.turn-0") is None
+
+
+def test_primitives_keeping_objects_get_them_without_json_and_hand_out_no_shared_state(
+        state: MemoryState) -> None:
+    engine = Engine(state, keeps_objects=True)
+    def made() -> Checkpoint:
+        return checkpoint("s1.turn-0", created_at=1.0, updated_at=1.0,
+                          recorded=(user("hi"),), extra={"future": {"n": [1]}})
+
+    saved = made()
+    engine.save("s1.turn-0", saved)
+    assert state.checkpoints["s1.turn-0"] is saved  # kept as it is: no JSON made
+    assert engine._ops.get("s1.turn-0") == dumps_checkpoint(saved)  # the text on request
+    loaded = engine.load("s1.turn-0")
+    assert loaded == saved
+    assert loaded is not None
+    loaded.extra["future"]["n"].append(2)  # type: ignore[index]
+    assert engine.load("s1.turn-0") == made()  # the kept one did not change
+    plain = checkpoint("s1.turn-1")
+    engine.save("s1.turn-1", plain)
+    assert engine.load("s1.turn-1") == plain
+    messages = [user("a"), user("b")]
+    engine.commit_turn("s1", messages, expected_length=0, checkpoint_key="s1.turn-0")
+    assert state.transcripts["s1"] == messages
+    assert engine.keys("s1.") == ["s1.turn-1"]
+    state.checkpoints["s1.turn-1"] = '{"key": '  # text, as the text primitives keep it
+    with pytest.raises(StoreCorruptError, match=r"checkpoint 's1\.turn-1' in the memory store"):
+        engine.load("s1.turn-1")
 
 
 def test_damaged_records_raise_store_corrupt_unchained(

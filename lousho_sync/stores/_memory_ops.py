@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ..codec import approval_json_resolved_by, loads_message
+from ..codec import approval_json_resolved_by, dumps_checkpoint, loads_message
 from ..messages import Message
 from ..records import ApprovalRecord, Checkpoint, now
 from ._engine.backend import Backend
@@ -45,7 +45,8 @@ class Held:
 
 class MemoryState:
     """What the memory primitives keep, under ``lock``: per session the newest token, the
-    lease, the transcript, its revision and times; checkpoints by key (their JSON text);
+    lease, the transcript, its revision and times; checkpoints by key (the objects, or
+    JSON text written as text);
     approval rows by id ([json, status, reason, resolved_at])."""
 
     def __init__(self) -> None:
@@ -57,7 +58,7 @@ class MemoryState:
         self.revisions: dict[str, int] = {}
         self.times: dict[str, tuple[float, float]] = {}
         self.counter = itertools.count(1)
-        self.checkpoints: dict[str, str] = {}
+        self.checkpoints: dict[str, Checkpoint | str] = {}
         self.approvals: dict[str, list[Any]] = {}
 
     def refused(self, fenced_id: str | None, token: int) -> int:
@@ -134,22 +135,39 @@ class MemoryLeases(_Ops):
 
 
 class MemoryCheckpoints(_Ops):
-    """The checkpoint primitives: the JSON text by key."""
+    """The checkpoint primitives: the JSON text by key, as a shared backend keeps it (the
+    engine's test double: the rules' codec runs). With ``keeps_objects`` (the memory
+    stores) the rules hand over and take back the checkpoints themselves through ``keep``
+    and ``get_object``, no JSON; ``get`` gives the text either way."""
+
+    def __init__(self, state: MemoryState, *, keeps_objects: bool = False) -> None:
+        super().__init__(state)
+        self.keeps_objects = keeps_objects
 
     def get(self, key: str) -> str | None:
+        value = self.state.checkpoints.get(key)
+        return value if value is None or isinstance(value, str) else dumps_checkpoint(value)
+
+    def get_object(self, key: str) -> Checkpoint | str | None:
         return self.state.checkpoints.get(key)
 
     def put(self, key: str, session_id: str | None, text: str, fenced_id: str | None, token: int,
             checkpoint: Checkpoint) -> int:
+        return self._write(key, text, fenced_id, token)
+
+    def keep(self, key: str, fenced_id: str | None, token: int, checkpoint: Checkpoint) -> int:
+        return self._write(key, checkpoint, fenced_id, token)
+
+    def _write(self, key: str, value: Checkpoint | str, fenced_id: str | None, token: int) -> int:
         with self.state.lock:
-            newest = self.state.refused(fenced_id, token)
+            newest = self.state.refused(fenced_id, token) if token else 0
             if not newest:
-                self.state.checkpoints[key] = text
+                self.state.checkpoints[key] = value
             return newest
 
     def drop(self, key: str, fenced_id: str | None, token: int) -> int:
         with self.state.lock:
-            newest = self.state.refused(fenced_id, token)
+            newest = self.state.refused(fenced_id, token) if token else 0
             if not newest:
                 self.state.checkpoints.pop(key, None)
             return newest
@@ -170,7 +188,7 @@ class MemoryApprovals(_Ops):
     def put(self, record: ApprovalRecord, text: str, resolved: float | None,
             fenced_id: str | None, token: int) -> int:
         with self.state.lock:
-            newest = self.state.refused(fenced_id, token)
+            newest = self.state.refused(fenced_id, token) if token else 0
             if not newest:
                 self.state.approvals[record.id] = [text, record.status, record.reason, resolved]
                 self._created[record.id] = (record.created_at, record.session_id)
@@ -203,13 +221,21 @@ class MemoryApprovals(_Ops):
 
 class MemoryCommits(_Ops):
     """The commit primitive: the fence check, the length check, the messages, the
-    checkpoint delete and the lease release in one step under the lock."""
+    checkpoint delete and the lease release in one step under the lock. It appends the
+    messages of ``op.texts`` (the engine's test double: the rules' encoding runs), or with
+    ``keeps_objects`` (the memory stores) ``op.messages`` themselves, frozen records the
+    rules hand over without their JSON."""
+
+    def __init__(self, state: MemoryState, *, keeps_objects: bool = False) -> None:
+        super().__init__(state)
+        self.keeps_objects = keeps_objects
 
     def commit(self, op: CommitOp) -> object:
-        messages = list(op.messages) or [loads_message(t) for t in op.texts]
+        messages = (op.messages if self.keeps_objects or not op.texts
+                    else [loads_message(t) for t in op.texts])
         state = self.state
         with state.lock:
-            newest = state.refused(op.id, op.token)
+            newest = state.refused(op.id, op.token) if op.token else 0
             if newest:
                 return Stale(newest)
             actual = len(state.transcripts.get(op.id, ()))

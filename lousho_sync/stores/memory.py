@@ -46,7 +46,7 @@ class MemorySessionStore(AppendRules):
 
     def __init__(self) -> None:
         state = MemoryState()
-        self._commits = MemoryCommits(state)
+        self._commits = MemoryCommits(state, keeps_objects=True)
         self._lock = state.lock
         self._data = state.transcripts
         self._revisions = state.revisions
@@ -193,8 +193,8 @@ class MemorySessionStore(AppendRules):
 
 
 class MemoryCheckpointStore(CheckpointRules):
-    """Checkpoints in a dict (their JSON text, as every store keeps them), through the
-    engine's checkpoint rules. Thread-safe. Not fenced: one process needs no lease."""
+    """Checkpoints in a dict (the frozen objects themselves: no JSON per save), through
+    the engine's checkpoint rules. Thread-safe. Not fenced: one process needs no lease."""
 
     fenced = False
 
@@ -204,7 +204,7 @@ class MemoryCheckpointStore(CheckpointRules):
         return _PART
 
     def __init__(self) -> None:
-        self._ops = MemoryCheckpoints(MemoryState())
+        self._ops = MemoryCheckpoints(MemoryState(), keeps_objects=True)
 
 
 class InMemoryApprovalStore(ApprovalRules):

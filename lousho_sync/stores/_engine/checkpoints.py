@@ -1,9 +1,14 @@
 """The checkpoint rules, once: the codec, the wrapping of a damaged checkpoint, and the
-fenced save and delete. A backend writes :class:`CheckpointOps`."""
+fenced save and delete. A backend writes :class:`CheckpointOps`; one that keeps the
+objects themselves (the memory one) also writes :class:`ObjectCheckpointOps`, and is handed
+the checkpoint without its JSON."""
 
 from __future__ import annotations
 
-from typing import Protocol
+import copy
+from typing import Protocol, cast
+
+import attrs
 
 from ...codec import dumps_checkpoint, loads_checkpoint
 from ...errors import StoreCorruptError
@@ -11,7 +16,7 @@ from ...records import Checkpoint, Fence
 from .backend import Backend, text_of
 from .leases import check_newest, fence_token_of
 
-__all__ = ["CheckpointOps", "CheckpointRules"]
+__all__ = ["CheckpointOps", "CheckpointRules", "ObjectCheckpointOps"]
 
 
 class CheckpointOps(Protocol):
@@ -42,6 +47,30 @@ class CheckpointOps(Protocol):
         ...
 
 
+class ObjectCheckpointOps(CheckpointOps, Protocol):
+    """Checkpoint primitives that keep the objects (``keeps_objects`` True): the rules
+    write through :meth:`keep` and read through :meth:`get_object`, no JSON either way
+    (``get`` still gives the text, for the primitives' contract)."""
+
+    keeps_objects: bool
+
+    def keep(self, key: str, fenced_id: str | None, token: int, checkpoint: Checkpoint) -> int:
+        """Write (replace) ``checkpoint`` under ``key``, as ``put``."""
+        ...
+
+    def get_object(self, key: str) -> Checkpoint | str | None:
+        """The stored checkpoint (or text written through ``put``), or None."""
+        ...
+
+
+def _unshared(checkpoint: Checkpoint) -> Checkpoint:
+    """A checkpoint a caller may change without changing the kept one: the records are
+    frozen, only ``extra`` (a dict) is copied, deeply, when there is one."""
+    if not checkpoint.extra:
+        return checkpoint
+    return attrs.evolve(checkpoint, extra=copy.deepcopy(dict(checkpoint.extra)))
+
+
 class CheckpointRules:
     """A fenced checkpoint store over the primitives in ``_ops`` (opaque JSON by key;
     unknown fields round-trip)."""
@@ -51,7 +80,13 @@ class CheckpointRules:
 
     def load(self, key: str) -> Checkpoint | None:
         """The checkpoint, or None."""
-        value = self._ops.get(key)
+        value: str | bytes | Checkpoint | None
+        if getattr(self._ops, "keeps_objects", False):
+            value = cast(ObjectCheckpointOps, self._ops).get_object(key)
+            if isinstance(value, Checkpoint):
+                return _unshared(value)
+        else:
+            value = self._ops.get(key)
         if value is None:
             return None
         try:
@@ -64,9 +99,13 @@ class CheckpointRules:
         """Write (replace) the checkpoint. With ``fence``, LeaseLostError (nothing written)
         when a newer lease token exists for the fence's session."""
         token = fence_token_of(fence, checkpoint.session_id)
-        text = dumps_checkpoint(checkpoint)
         fenced_id = None if fence is None else fence.session_id
-        newest = self._ops.put(key, checkpoint.session_id, text, fenced_id, token, checkpoint)
+        ops = self._ops
+        if getattr(ops, "keeps_objects", False):  # no JSON (the memory store)
+            newest = cast(ObjectCheckpointOps, ops).keep(key, fenced_id, token, checkpoint)
+        else:
+            text = dumps_checkpoint(checkpoint)
+            newest = ops.put(key, checkpoint.session_id, text, fenced_id, token, checkpoint)
         if fenced_id is not None:
             check_newest(self._ops.backend, fenced_id, newest, token)
 

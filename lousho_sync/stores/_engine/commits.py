@@ -5,12 +5,13 @@ a LeaseLostError. A backend writes :class:`CommitOps` (its transaction stays its
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import attrs
 
 from ...codec import dumps_message
 from ...errors import ConfigError
+from ...ids import check_storable_text
 from ...messages import Message
 from ...records import Fence
 from .._common import check_length, validate_session_id
@@ -20,13 +21,14 @@ from .leases import fence_token_of, refused
 __all__ = ["AppendRules", "CommitOp", "CommitOps", "CommitRules", "Conflict", "Stale", "settle"]
 
 
-@attrs.frozen(slots=True)
-class CommitOp:
+class CommitOp(NamedTuple):
     """One commit: in one transaction refuse when a token newer than ``token`` (0:
     unfenced) exists, check that session ``id`` holds ``expected_length`` messages, append
     ``texts`` (codec JSON), delete checkpoint ``checkpoint_key`` (None: none) and, with
     ``release``, release the lease held under ``token``. ``messages``: what ``texts``
-    encode (a backend that keeps objects, the memory one, takes them as they are)."""
+    encode; a backend that keeps objects (``keeps_objects``, the memory one) takes them as
+    they are, and its ``texts`` are left empty (no JSON made). A tuple (made once per
+    turn: a frozen attrs record costs several times more to make)."""
 
     id: str
     texts: list[str]
@@ -34,7 +36,7 @@ class CommitOp:
     checkpoint_key: str | None
     token: int
     release: bool
-    messages: Sequence[Message] = attrs.field(default=(), eq=False)
+    messages: Sequence[Message] = ()
 
 
 @attrs.frozen(slots=True)
@@ -63,6 +65,26 @@ class CommitOps(Protocol):
         """Write ``op`` in one transaction (or script): the session's new revision, or a
         :class:`Conflict` or :class:`Stale` outcome (nothing written then)."""
         ...
+
+
+_NOT_WRITTEN = (Conflict, Stale)
+"""The outcomes :func:`settle` raises for (looked up before calling it: a turn's commit)."""
+
+
+def _texts(ops: CommitOps, id: str, messages: Sequence[Message]) -> list[str]:
+    """The codec JSON of ``messages`` for ``ops``. None for a backend keeping objects, which
+    still refuses what no store keeps (InvalidInputError for a surrogate code point, as the
+    codec would raise), checked without the JSON."""
+    if not getattr(ops, "keeps_objects", False):
+        return [dumps_message(m) for m in messages]
+    for m in messages:  # the common message: ASCII text, nothing else to look into
+        content, call_id = m.content, m.tool_call_id
+        if not (type(content) is str and content.isascii() and not m.tool_calls
+                and (call_id is None or call_id.isascii()) and not m.metadata
+                and not m.extra):  # (role is one of three words; usage holds numbers)
+            check_storable_text(messages, f"a message for session {id!r}")
+            break
+    return []
 
 
 def settle(backend: Backend, op: CommitOp, outcome: object) -> object:
@@ -109,9 +131,12 @@ class CommitRules:
         fence check, length check, append, checkpoint delete, lease release. Nothing is
         written when it raises. Returns the new ``sessions.revision(id)``."""
         token = commit_token(id, fence, release)
-        op = CommitOp(id, [dumps_message(m) for m in messages], expected_length,
+        op = CommitOp(id, _texts(self._commits, id, messages), expected_length,
                       checkpoint_key, token, release, messages)
-        return settle(self._commits.backend, op, self._commits.commit(op))
+        outcome = self._commits.commit(op)
+        if outcome.__class__ in _NOT_WRITTEN:
+            settle(self._commits.backend, op, outcome)
+        return outcome
 
 
 class AppendRules:
@@ -134,9 +159,11 @@ class AppendRules:
         LeaseLostError when a newer lease token exists; nothing is written then.
         """
         validate_session_id(id)
-        op = CommitOp(id, [dumps_message(m) for m in messages], expected_length, None,
+        op = CommitOp(id, _texts(self._commits, id, messages), expected_length, None,
                       fence_token_of(fence, id), False, messages)
-        settle(self._commits.backend, op, self._commits.commit(op))
+        outcome = self._commits.commit(op)
+        if outcome.__class__ in _NOT_WRITTEN:
+            settle(self._commits.backend, op, outcome)
 
     def check_length(self, id: str, expected: int, actual: int) -> None:
         """StoreConflictError when ``actual`` is not ``expected`` (naming this store)."""
