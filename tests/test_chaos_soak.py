@@ -69,12 +69,13 @@ class Outage:
         self._begin, self._end = begin, end
         self.max_spells = max_spells
         self.active = False
+        self.over = False
         self.spells = 0
         self.lock = threading.Lock()
 
     def begin(self) -> None:
         with self.lock:
-            if not self.active and self.spells < self.max_spells:
+            if not self.active and not self.over and self.spells < self.max_spells:
                 self._begin()
                 self.active = True
                 self.spells += 1
@@ -84,6 +85,12 @@ class Outage:
             if self.active:
                 self._end()
                 self.active = False
+
+    def finish(self) -> None:
+        """Ends the spell in progress; no spell begins after it."""
+        with self.lock:
+            self.over = True
+        self.end()
 
 
 def _sqlite_read_only(db: Path) -> Outage:
@@ -211,8 +218,8 @@ def _soak(
                 break
             else:
                 tally["given up"] += 1
-        if outage is not None:
-            outage.end()
+        if outage is not None:  # a tool run by the resumes below must not stop the store
+            outage.finish()
         for _ in range(20):  # finish what pends
             try:
                 if session.pending() is None:
