@@ -28,6 +28,41 @@ _TABLES = (
     "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_events (turn_id TEXT NOT NULL, "
     "seq BIGINT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (turn_id, seq))",
 )
+# The writes a turn's driver makes all the time are one statement each, atomic in
+# autocommit: the server runs it to its end however the client fares, so a client stopped
+# (SIGSTOP) around it holds no lock a takeover would wait for. (A transaction of several
+# statements, or a pipeline of them, leaves the server waiting for the stopped client with
+# the rows locked.)
+_BEGIN = (
+    "WITH t AS (INSERT INTO {s}.lousho_turns VALUES (%(t)s, %(sid)s, %(o)s, %(st)s, "
+    "%(last)s, %(status)s, %(ended)s, (SELECT count(*) FROM {s}.lousho_events WHERE "
+    "turn_id = %(t)s)) ON CONFLICT (turn_id) DO UPDATE SET session_id = excluded.session_id,"
+    " owner = excluded.owner, started_at = excluded.started_at, last_seq = excluded.last_seq,"
+    " status = excluded.status, ended_at = excluded.ended_at, nrows = excluded.nrows), "
+    "l AS (INSERT INTO {s}.lousho_turn_latest VALUES (%(sid)s, %(t)s) ON CONFLICT "
+    "(session_id) DO UPDATE SET turn_id = excluded.turn_id) "
+    "SELECT pg_notify(%(ch)s, '')"
+)
+# Fenced by the owner: the head's UPDATE matches only the owner's row (a takeover's begin
+# that commits meanwhile is re-checked: its new owner does not match), and the rows go in
+# only when it did, or when the turn has no head.
+_APPEND = (
+    "WITH up AS (UPDATE {s}.lousho_turns SET last_seq = coalesce(%(last)s, last_seq), "
+    "status = %(status)s, ended_at = %(ended)s, nrows = nrows + %(n)s "
+    "WHERE turn_id = %(t)s AND owner = %(o)s RETURNING 1), "
+    "ok AS (SELECT EXISTS (SELECT FROM up) OR NOT EXISTS (SELECT FROM {s}.lousho_turns "
+    "WHERE turn_id = %(t)s) AS ok), "
+    "ins AS (INSERT INTO {s}.lousho_events SELECT %(t)s, r.seq, r.data FROM "
+    "unnest(%(seqs)s::bigint[], %(data)s::text[]) AS r(seq, data) WHERE (SELECT ok FROM ok) "
+    "ON CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data) "
+    "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
+)
+_DROP = (
+    "WITH e AS (DELETE FROM {s}.lousho_events WHERE turn_id = %(t)s), "
+    "h AS (DELETE FROM {s}.lousho_turns WHERE turn_id = %(t)s), "
+    "l AS (DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %(t)s) "
+    "SELECT pg_notify(%(ch)s, '')"
+)
 _HEAD = ("SELECT turn_id, session_id, owner, started_at, last_seq, status, ended_at, nrows "
          "FROM {s}.lousho_turns WHERE turn_id = %s")
 
@@ -43,7 +78,10 @@ class PostgresEventOps:
         self._gen = 0
         self._unlisten: Callable[[], None] | None = None
 
-    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False) -> _T:
+    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool | None = False) -> _T:
+        """``fn`` on a connection; ``write`` True: in a transaction that ends with
+        ``NOTIFY``, None: a single statement of ``fn``'s own that notifies (see
+        :meth:`_write`)."""
         def body(c: Conn) -> _T:
             if not self._ready:
                 with c.transaction():
@@ -54,15 +92,22 @@ class PostgresEventOps:
                 self._ready = True
             if not write:
                 return fn(c)
-            with c.transaction():
+            with c.transaction():  # a client stopped in it: the server ends its session
+
                 out = fn(c)
                 c.execute("SELECT pg_notify(%s, '')", (self._channel,))
             return out
 
         out = self._db.run(what, body)
-        if write:
+        if write is not False:
             self._bump()
         return out
+
+    def _write(self, what: str, statement: str, params: dict[str, Any]) -> Any:
+        """One statement in autocommit (its ``pg_notify`` in it): the row it returns."""
+        params["ch"] = self._channel
+        query = self._db.q(statement)
+        return self._run(what, lambda c: c.execute(query, params).fetchone(), write=None)
 
     def _bump(self) -> None:
         with self._cond:
@@ -70,41 +115,20 @@ class PostgresEventOps:
             self._cond.notify_all()
 
     def begin(self, head: TurnHead) -> None:
-        q = self._db.q
-
-        def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (head.turn_id,))
-            c.execute(q("INSERT INTO {s}.lousho_turns VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                        "(SELECT count(*) FROM {s}.lousho_events WHERE turn_id = %s))"),
-                      (head.turn_id, head.session_id, head.owner, head.started_at,
-                       head.last_seq, head.status, head.ended_at, head.turn_id))
-            c.execute(q("INSERT INTO {s}.lousho_turn_latest VALUES (%s, %s) ON CONFLICT "
-                        "(session_id) DO UPDATE SET turn_id = excluded.turn_id"),
-                      (head.session_id, head.turn_id))
-
-        self._run("begin a turn's event log", fn, write=True)
+        # one statement (atomic in autocommit): a client stopped around it holds no lock
+        # (see the module); an upsert, so an append waiting on the row sees the new owner
+        self._write("begin a turn's event log", _BEGIN, {
+            "t": head.turn_id, "sid": head.session_id, "o": head.owner,
+            "st": head.started_at, "last": head.last_seq, "status": head.status,
+            "ended": head.ended_at})
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
-        q = self._db.q
-
-        def fn(c: Conn) -> bool:
-            held: Any = c.execute(q("SELECT owner FROM {s}.lousho_turns WHERE turn_id = %s "
-                                    "FOR UPDATE"), (turn_id,)).fetchone()
-            if held is not None and held[0] != owner:
-                return False  # another owner re-opened the turn (a takeover)
-            with c.cursor() as cur:
-                cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s) ON "
-                                  "CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data"),
-                                [(turn_id, seq, text) for seq, text in rows])
-            last = rows[-1][0] if rows else None
-            c.execute(q("UPDATE {s}.lousho_turns SET last_seq = coalesce(%s, last_seq), "
-                        "owner = %s, status = %s, ended_at = %s, nrows = nrows + %s "
-                        "WHERE turn_id = %s"),
-                      (last, owner, status, ended_at, len(rows), turn_id))
-            return True
-
-        return self._run("write events", fn, write=True)
+        ok: Any = self._write("write events", _APPEND, {
+            "t": turn_id, "o": owner, "status": status, "ended": ended_at,
+            "last": rows[-1][0] if rows else None, "n": len(rows),
+            "seqs": [seq for seq, _ in rows], "data": [text for _, text in rows]})
+        return bool(ok[0])
 
     def head(self, turn_id: str) -> TurnHead | None:
         row: Any = self._run("read a turn's event log",
@@ -142,9 +166,9 @@ class PostgresEventOps:
         def fn(c: Conn) -> None:
             c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s AND seq <= %s"),
                       (turn_id, upto))
-            with c.cursor() as cur:
-                cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s)"),
-                                [(turn_id, seq, text) for seq, text in rows])
+            c.execute(q("INSERT INTO {s}.lousho_events SELECT %s, r.seq, r.data FROM "
+                        "unnest(%s::bigint[], %s::text[]) AS r(seq, data)"),
+                      (turn_id, [seq for seq, _ in rows], [text for _, text in rows]))
             c.execute(q("UPDATE {s}.lousho_turns SET nrows = (SELECT count(*) FROM "
                         "{s}.lousho_events WHERE turn_id = %s) WHERE turn_id = %s"),
                       (turn_id, turn_id))
@@ -152,14 +176,7 @@ class PostgresEventOps:
         self._run("bound a turn's event log", fn, write=True)
 
     def drop(self, turn_id: str) -> None:
-        q = self._db.q
-
-        def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s"), (turn_id,))
-            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (turn_id,))
-            c.execute(q("DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %s"), (turn_id,))
-
-        self._run("remove a turn's event log", fn, write=True)
+        self._write("remove a turn's event log", _DROP, {"t": turn_id})
 
     def ended_before(self, when: float) -> list[str]:
         rows: Any = self._run("list ended turns", lambda c: c.execute(self._db.q(
