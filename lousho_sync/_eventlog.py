@@ -597,7 +597,13 @@ class Publisher:
 
     def _wait_stored(self, pos: int) -> bool:
         """Wait until the event at ``pos`` is in the store (or the publisher ended without
-        storing it); False when another owner took the turn over first."""
+        storing it); False when another owner took the turn over first. The reader writes
+        what waits itself rather than wait for the publisher's thread to wake and write it
+        (a turn's ``run.done``: its last write, on its readers' path to the end)."""
+        with self._lock:
+            if self._stored > pos or self.superseded or self._finished:
+                return self._stored > pos or not self.superseded
+        self.flush()  # (a write that failed is retried by the publisher's thread or close)
         with self._lock:
             while self._stored <= pos and not self.superseded and not self._finished:
                 self._store_wanted = True
