@@ -42,8 +42,10 @@ _BEGIN = (
 )
 # A write of rows, in one statement (one round trip): the head's update is the fence — it
 # matches only while the head's owner is the writer's (an update waiting on a takeover's
-# begin sees its new owner); the rows go in (one INSERT of arrays) when it matched, or when
-# the turn has no head (as the other stores). Returns whether it was written; NOTIFY.
+# begin sees its new owner); the rows go in (one INSERT from two array literals) when it
+# matched, or when the turn has no head (as the other stores); a row whose seq the log
+# holds already is left out (the retry of a write that was made; rows come in seq order).
+# Returns whether it was written; NOTIFY.
 _APPEND = (
     "WITH head AS (UPDATE {s}.lousho_turns SET last_seq = coalesce(%(last)s, last_seq), "
     "status = %(st)s, ended_at = %(end)s, nrows = nrows + %(n)s "
@@ -52,9 +54,19 @@ _APPEND = (
     "{s}.lousho_turns WHERE turn_id = %(t)s) AS ok), "
     "rows AS (INSERT INTO {s}.lousho_events SELECT %(t)s, r.seq, r.data FROM "
     "unnest(%(seqs)s::bigint[], %(rows)s::text[]) AS r(seq, data) WHERE (SELECT ok FROM ok) "
-    "ON CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data) "
+    "AND r.seq > (SELECT coalesce(max(seq), -1) FROM {s}.lousho_events WHERE turn_id = "
+    "%(t)s)) "
     "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
 )
+
+
+def _array(texts: Sequence[str]) -> str:
+    """The PostgreSQL array literal of ``texts`` (one parameter: psycopg adapts a list of
+    1,000 str element by element, ten times slower)."""
+    return "{" + ",".join(['"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for t in texts]) + "}"
+
+
 _HEAD = ("SELECT turn_id, session_id, owner, started_at, last_seq, status, ended_at, nrows "
          "FROM {s}.lousho_turns WHERE turn_id = %s")
 
@@ -76,13 +88,13 @@ class PostgresEventOps:
         ``NOTIFY``; ``one_statement``: ``fn`` is one statement that notifies itself (one
         round trip, its own transaction)."""
         def body(c: Conn) -> _T:
-            if not self._ready:
+            if not self._ready and not self._tables_exist(c):
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                               (f"lousho events {self._db.schema}",))
                     for text in _TABLES:
                         c.execute(self._db.q(text))
-                self._ready = True
+            self._ready = True
             if not write or one_statement:
                 return fn(c)
             with c.transaction():
@@ -94,6 +106,14 @@ class PostgresEventOps:
         if write:
             self._bump()
         return out
+
+    def _tables_exist(self, c: Conn) -> bool:
+        """Whether the log's tables are there (one query; their creation takes a lock)."""
+        names = [f'"{self._db.schema}".{t}'
+                 for t in ("lousho_turns", "lousho_turn_latest", "lousho_events")]
+        row: Any = c.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT "
+                             "NULL AND to_regclass(%s) IS NOT NULL", names).fetchone()
+        return bool(row[0])
 
     def _bump(self) -> None:
         with self._cond:
@@ -116,8 +136,9 @@ class PostgresEventOps:
         def fn(c: Conn) -> bool:
             row: Any = c.execute(self._db.q(_APPEND), {
                 "t": turn_id, "o": owner, "st": status, "end": ended_at, "n": len(rows),
-                "last": rows[-1][0] if rows else None, "seqs": [seq for seq, _ in rows],
-                "rows": [text for _, text in rows], "ch": self._channel}).fetchone()
+                "last": rows[-1][0] if rows else None,
+                "seqs": "{" + ",".join([str(seq) for seq, _ in rows]) + "}",
+                "rows": _array([text for _, text in rows]), "ch": self._channel}).fetchone()
             return bool(row[0])
 
         return self._run("write events", fn, write=True, one_statement=True)
