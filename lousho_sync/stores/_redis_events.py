@@ -20,46 +20,35 @@ __all__ = ["RedisEventOps"]
 BLOCK_MS_MAX = 1000
 
 # KEYS: head, rows (the Stream), ended turns. ARGV: owner, status, ended_at ('' while
-# running), turn id, the rows as a JSON array of [seq, row]. One atomic step, one round
-# trip: 0, nothing written, when another owner re-opened the turn (a takeover's begin);
-# else 1: the rows are added, up to 1000 to a Stream entry (see the module), a row whose seq
-# the Stream holds already skipped (the retry of a write that was made), and the head's
-# owner, status, ended_at, last_seq and rows are set (a head that is gone is not made
-# again).
+# running), turn id, the rows as one flat JSON array [seq, row, seq, row, ...]. One atomic
+# step, one round trip: 0, nothing written, when another owner re-opened the turn (a
+# takeover's begin); else 1: the rows are added, up to 1,000 to a Stream entry (see the
+# module), the rows whose seq the Stream holds already left out (the retry of a write that
+# was made; rows come in seq order), and the head's owner, status, ended_at, last_seq and
+# rows are set (a head that is gone is not made again).
 _APPEND = """
 local held = redis.call('HGET', KEYS[1], 'owner')
 if held and held ~= ARGV[1] then return 0 end
 local top = -1
 local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
 if newest then top = tonumber(string.match(newest[1], '%-(%d+)$')) - 1 end
-local rows = cjson.decode(ARGV[5])
-local fields, added = {}, 0
-local function add()
-  local id = '0-' .. string.format('%d', top + 1)
-  if #fields == 2 then
-    redis.call('XADD', KEYS[2], id, 'd', fields[2])
-  elseif #fields > 0 then
-    redis.call('XADD', KEYS[2], id, unpack(fields))
-  end
-  fields = {}
-end
-for i = 1, #rows do
-  local seq = rows[i][1]
-  if seq > top then
-    fields[#fields + 1] = string.format('%d', seq)
-    fields[#fields + 1] = rows[i][2]
-    top = seq
-    added = added + 1
-    if #fields >= 2000 then add() end
+local f = cjson.decode(ARGV[5])
+local n = #f
+local first = 1
+while first < n and f[first] <= top do first = first + 2 end
+for i = first, n - 1, 2000 do
+  local last = math.min(i + 1999, n)
+  local id = '0-' .. string.format('%d', f[last - 1] + 1)
+  if last - i == 1 then
+    redis.call('XADD', KEYS[2], id, 'd', f[last])
+  else
+    redis.call('XADD', KEYS[2], id, unpack(f, i, last))
   end
 end
-add()
 if held then
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'status', ARGV[2], 'ended_at', ARGV[3])
-  if #rows > 0 then
-    redis.call('HSET', KEYS[1], 'last_seq', string.format('%d', rows[#rows][1]))
-  end
-  redis.call('HINCRBY', KEYS[1], 'rows', added)
+  if n > 0 then redis.call('HSET', KEYS[1], 'last_seq', string.format('%d', f[n - 1])) end
+  redis.call('HINCRBY', KEYS[1], 'rows', (n - first + 1) / 2)
 end
 if ARGV[3] ~= '' then redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4]) end
 return 1
@@ -107,7 +96,8 @@ class RedisEventOps:
                status: TurnStatus, ended_at: float | None) -> bool:
         keys = [self._head_key(turn_id), self._rows_key(turn_id), self._c.key("turns-ended")]
         args = [owner, status, "" if ended_at is None else repr(ended_at), turn_id,
-                json.dumps(rows, ensure_ascii=False, separators=(",", ":"))]
+                json.dumps([x for row in rows for x in row], ensure_ascii=False,
+                           separators=(",", ":"))]
         return bool(self._c.run("write events",
                                 lambda r: self._append(keys=keys, args=args, client=r)))
 
