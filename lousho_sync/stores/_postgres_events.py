@@ -28,41 +28,54 @@ _TABLES = (
     "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_events (turn_id TEXT NOT NULL, "
     "seq BIGINT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (turn_id, seq))",
 )
-# The writes a turn's driver makes all the time are one statement each, atomic in
-# autocommit: the server runs it to its end however the client fares, so a client stopped
-# (SIGSTOP) around it holds no lock a takeover would wait for. (A transaction of several
-# statements, or a pipeline of them, leaves the server waiting for the stopped client with
-# the rows locked.)
+# A turn's head made (or replaced, on takeover: its rows stay) and its session's latest
+# turn set, in one statement; then NOTIFY.
 _BEGIN = (
-    "WITH t AS (INSERT INTO {s}.lousho_turns VALUES (%(t)s, %(sid)s, %(o)s, %(st)s, "
-    "%(last)s, %(status)s, %(ended)s, (SELECT count(*) FROM {s}.lousho_events WHERE "
-    "turn_id = %(t)s)) ON CONFLICT (turn_id) DO UPDATE SET session_id = excluded.session_id,"
-    " owner = excluded.owner, started_at = excluded.started_at, last_seq = excluded.last_seq,"
-    " status = excluded.status, ended_at = excluded.ended_at, nrows = excluded.nrows), "
-    "l AS (INSERT INTO {s}.lousho_turn_latest VALUES (%(sid)s, %(t)s) ON CONFLICT "
+    "WITH head AS (INSERT INTO {s}.lousho_turns VALUES (%(t)s, %(s)s, %(o)s, %(at)s, "
+    "%(last)s, %(st)s, %(end)s, (SELECT count(*) FROM {s}.lousho_events WHERE turn_id = "
+    "%(t)s)) ON CONFLICT (turn_id) DO UPDATE SET session_id = excluded.session_id, owner = "
+    "excluded.owner, started_at = excluded.started_at, last_seq = excluded.last_seq, "
+    "status = excluded.status, ended_at = excluded.ended_at, nrows = excluded.nrows), "
+    "latest AS (INSERT INTO {s}.lousho_turn_latest VALUES (%(s)s, %(t)s) ON CONFLICT "
     "(session_id) DO UPDATE SET turn_id = excluded.turn_id) "
     "SELECT pg_notify(%(ch)s, '')"
 )
-# Fenced by the owner: the head's UPDATE matches only the owner's row (a takeover's begin
-# that commits meanwhile is re-checked: its new owner does not match), and the rows go in
-# only when it did, or when the turn has no head.
+# A write of rows, in one statement (one round trip): the head's update is the fence — it
+# matches only while the head's owner is the writer's (an update waiting on a takeover's
+# begin sees its new owner); the rows go in (one INSERT from two array literals) when it
+# matched, or when the turn has no head (as the other stores); a row whose seq the log
+# holds already is left out (the retry of a write that was made; rows come in seq order).
+# Returns whether it was written; NOTIFY.
 _APPEND = (
-    "WITH up AS (UPDATE {s}.lousho_turns SET last_seq = coalesce(%(last)s, last_seq), "
-    "status = %(status)s, ended_at = %(ended)s, nrows = nrows + %(n)s "
+    "WITH head AS (UPDATE {s}.lousho_turns SET last_seq = coalesce(%(last)s, last_seq), "
+    "status = %(st)s, ended_at = %(end)s, nrows = nrows + %(n)s "
     "WHERE turn_id = %(t)s AND owner = %(o)s RETURNING 1), "
-    "ok AS (SELECT EXISTS (SELECT FROM up) OR NOT EXISTS (SELECT FROM {s}.lousho_turns "
-    "WHERE turn_id = %(t)s) AS ok), "
-    "ins AS (INSERT INTO {s}.lousho_events SELECT %(t)s, r.seq, r.data FROM "
-    "unnest(%(seqs)s::bigint[], %(data)s::text[]) AS r(seq, data) WHERE (SELECT ok FROM ok) "
-    "ON CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data) "
+    "ok AS (SELECT EXISTS (SELECT 1 FROM head) OR NOT EXISTS (SELECT 1 FROM "
+    "{s}.lousho_turns WHERE turn_id = %(t)s) AS ok), "
+    "rows AS (INSERT INTO {s}.lousho_events SELECT %(t)s, r.seq, r.data FROM "
+    "unnest(%(seqs)s::bigint[], %(rows)s::text[]) AS r(seq, data) WHERE (SELECT ok FROM ok) "
+    "AND r.seq > (SELECT coalesce(max(seq), -1) FROM {s}.lousho_events WHERE turn_id = "
+    "%(t)s)) "
     "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
 )
+
+# A turn's log removed in one statement (none of the log's writes is a transaction a
+# client stopped in it could keep open with the rows locked); NOTIFY.
 _DROP = (
     "WITH e AS (DELETE FROM {s}.lousho_events WHERE turn_id = %(t)s), "
     "h AS (DELETE FROM {s}.lousho_turns WHERE turn_id = %(t)s), "
     "l AS (DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %(t)s) "
     "SELECT pg_notify(%(ch)s, '')"
 )
+
+
+def _array(texts: Sequence[str]) -> str:
+    """The PostgreSQL array literal of ``texts`` (one parameter: psycopg adapts a list of
+    1,000 str element by element, ten times slower)."""
+    return "{" + ",".join(['"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for t in texts]) + "}"
+
+
 _HEAD = ("SELECT turn_id, session_id, owner, started_at, last_seq, status, ended_at, nrows "
          "FROM {s}.lousho_turns WHERE turn_id = %s")
 
@@ -78,36 +91,38 @@ class PostgresEventOps:
         self._gen = 0
         self._unlisten: Callable[[], None] | None = None
 
-    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool | None = False) -> _T:
-        """``fn`` on a connection; ``write`` True: in a transaction that ends with
-        ``NOTIFY``, None: a single statement of ``fn``'s own that notifies (see
-        :meth:`_write`)."""
+    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False,
+             one_statement: bool = False) -> _T:
+        """``fn`` on a pooled connection; ``write``: in a transaction that ends with
+        ``NOTIFY``; ``one_statement``: ``fn`` is one statement that notifies itself (one
+        round trip, its own transaction)."""
         def body(c: Conn) -> _T:
-            if not self._ready:
+            if not self._ready and not self._tables_exist(c):
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                               (f"lousho events {self._db.schema}",))
                     for text in _TABLES:
                         c.execute(self._db.q(text))
-                self._ready = True
-            if not write:
+            self._ready = True
+            if not write or one_statement:
                 return fn(c)
-            with c.transaction():  # a client stopped in it: the server ends its session
-
+            with c.transaction():
                 out = fn(c)
                 c.execute("SELECT pg_notify(%s, '')", (self._channel,))
             return out
 
         out = self._db.run(what, body)
-        if write is not False:
+        if write:
             self._bump()
         return out
 
-    def _write(self, what: str, statement: str, params: dict[str, Any]) -> Any:
-        """One statement in autocommit (its ``pg_notify`` in it): the row it returns."""
-        params["ch"] = self._channel
-        query = self._db.q(statement)
-        return self._run(what, lambda c: c.execute(query, params).fetchone(), write=None)
+    def _tables_exist(self, c: Conn) -> bool:
+        """Whether the log's tables are there (one query; their creation takes a lock)."""
+        names = [f'"{self._db.schema}".{t}'
+                 for t in ("lousho_turns", "lousho_turn_latest", "lousho_events")]
+        row: Any = c.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT "
+                             "NULL AND to_regclass(%s) IS NOT NULL", names).fetchone()
+        return bool(row[0])
 
     def _bump(self) -> None:
         with self._cond:
@@ -115,20 +130,27 @@ class PostgresEventOps:
             self._cond.notify_all()
 
     def begin(self, head: TurnHead) -> None:
-        # one statement (atomic in autocommit): a client stopped around it holds no lock
-        # (see the module); an upsert, so an append waiting on the row sees the new owner
-        self._write("begin a turn's event log", _BEGIN, {
-            "t": head.turn_id, "sid": head.session_id, "o": head.owner,
-            "st": head.started_at, "last": head.last_seq, "status": head.status,
-            "ended": head.ended_at})
+        # one statement: the head replaced (an upsert, so an append of the owner it
+        # replaces, waiting on the row, sees the new owner), the session's latest turn set
+        def fn(c: Conn) -> None:
+            c.execute(self._db.q(_BEGIN), {
+                "t": head.turn_id, "s": head.session_id, "o": head.owner,
+                "at": head.started_at, "last": head.last_seq, "st": head.status,
+                "end": head.ended_at, "ch": self._channel})
+
+        self._run("begin a turn's event log", fn, write=True, one_statement=True)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
-        ok: Any = self._write("write events", _APPEND, {
-            "t": turn_id, "o": owner, "status": status, "ended": ended_at,
-            "last": rows[-1][0] if rows else None, "n": len(rows),
-            "seqs": [seq for seq, _ in rows], "data": [text for _, text in rows]})
-        return bool(ok[0])
+        def fn(c: Conn) -> bool:
+            row: Any = c.execute(self._db.q(_APPEND), {
+                "t": turn_id, "o": owner, "st": status, "end": ended_at, "n": len(rows),
+                "last": rows[-1][0] if rows else None,
+                "seqs": "{" + ",".join([str(seq) for seq, _ in rows]) + "}",
+                "rows": _array([text for _, text in rows]), "ch": self._channel}).fetchone()
+            return bool(row[0])
+
+        return self._run("write events", fn, write=True, one_statement=True)
 
     def head(self, turn_id: str) -> TurnHead | None:
         row: Any = self._run("read a turn's event log",
@@ -166,9 +188,9 @@ class PostgresEventOps:
         def fn(c: Conn) -> None:
             c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s AND seq <= %s"),
                       (turn_id, upto))
-            c.execute(q("INSERT INTO {s}.lousho_events SELECT %s, r.seq, r.data FROM "
-                        "unnest(%s::bigint[], %s::text[]) AS r(seq, data)"),
-                      (turn_id, [seq for seq, _ in rows], [text for _, text in rows]))
+            with c.cursor() as cur:
+                cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s)"),
+                                [(turn_id, seq, text) for seq, text in rows])
             c.execute(q("UPDATE {s}.lousho_turns SET nrows = (SELECT count(*) FROM "
                         "{s}.lousho_events WHERE turn_id = %s) WHERE turn_id = %s"),
                       (turn_id, turn_id))
@@ -176,7 +198,8 @@ class PostgresEventOps:
         self._run("bound a turn's event log", fn, write=True)
 
     def drop(self, turn_id: str) -> None:
-        self._write("remove a turn's event log", _DROP, {"t": turn_id})
+        self._run("remove a turn's event log", lambda c: c.execute(self._db.q(_DROP), {
+            "t": turn_id, "ch": self._channel}), write=True, one_statement=True)
 
     def ended_before(self, when: float) -> list[str]:
         rows: Any = self._run("list ended turns", lambda c: c.execute(self._db.q(
