@@ -60,6 +60,15 @@ _APPEND = (
     "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
 )
 
+# A turn's log removed in one statement (none of the log's writes is a transaction a
+# client stopped in it could keep open with the rows locked); NOTIFY.
+_DROP = (
+    "WITH e AS (DELETE FROM {s}.lousho_events WHERE turn_id = %(t)s), "
+    "h AS (DELETE FROM {s}.lousho_turns WHERE turn_id = %(t)s), "
+    "l AS (DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %(t)s) "
+    "SELECT pg_notify(%(ch)s, '')"
+)
+
 
 def _array(texts: Sequence[str]) -> str:
     """The PostgreSQL array literal of ``texts`` (one parameter: psycopg adapts a list of
@@ -198,14 +207,8 @@ class PostgresEventOps:
         self._run("bound a turn's event log", fn, write=True)
 
     def drop(self, turn_id: str) -> None:
-        q = self._db.q
-
-        def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s"), (turn_id,))
-            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (turn_id,))
-            c.execute(q("DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %s"), (turn_id,))
-
-        self._run("remove a turn's event log", fn, write=True)
+        self._run("remove a turn's event log", lambda c: c.execute(self._db.q(_DROP), {
+            "t": turn_id, "ch": self._channel}), write=True, one_statement=True)
 
     def ended_before(self, when: float) -> list[str]:
         rows: Any = self._run("list ended turns", lambda c: c.execute(self._db.q(
