@@ -417,11 +417,12 @@ class Session:
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
-            if key is not None and policy != "reject" and (
-                    policy == "rollback"
-                    or idem.find(st.messages, key, self.idempotency_ttl_s) is not None):
-                policy = "wait"  # a used key replays; a keyed call never drops a turn
             current = st.current
+            if key is not None and policy != "reject" and (
+                    idem.find(st.messages, key, self.idempotency_ttl_s) is not None
+                    or (policy == "rollback" and current is not None
+                        and current.control is not None and key in current.control.keys)):
+                policy = "wait"  # a used key replays; a rollback never drops its key's turn
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
                     f"session {self._id!r} is running a turn (turn_policy='reject')",
@@ -458,7 +459,7 @@ class Session:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
                            limits=self.limits, wait_for_lease=self.turn_policy != "reject",
                            idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy,
-                           log=log)
+                           log=log, events=self._event_log)
 
     def _join_driver(
         self,

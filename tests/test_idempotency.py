@@ -410,3 +410,66 @@ def test_a_keyed_queue_call_joins_the_running_turn_and_a_retry_never_joins_twice
     assert c.replayed is True and c.run_id == a.run_id  # type: ignore[attr-defined]
     assert texts(s.messages) == ["user:A", "assistant:", "tool:held", "user:B",
                                  "assistant:saw: A,B"]
+
+
+def test_a_keyed_rollback_in_this_process_drops_the_running_turn_and_replays_once(
+    tmp_path: Path,
+) -> None:
+    gate, reached = threading.Event(), threading.Event()
+
+    @tool
+    def held(amount: int) -> str:
+        """Hold until the turn is rolled back (or the gate opens)."""
+        reached.set()
+        gate.wait(60)
+        return "held"
+
+    prov = ScriptedProvider([Step(tool_calls=(ToolCall("c1", "held", {"amount": 1}),))],
+                            default=echo)
+    s = create_agent(provider=prov, tools=[held],
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1",
+                                                                  turn_policy="rollback")
+    first: list[object] = []
+    t = threading.Thread(target=lambda: first.append(s.send("A")))
+    t.start()
+    assert reached.wait(60)
+    second = s.send("B", idempotency_key="k")  # rolls A's turn back, runs next
+    gate.set()
+    t.join(60)
+    assert first[0].finish_reason == "aborted"  # type: ignore[attr-defined]
+    assert second.text == "re: B" and second.replayed is False
+    again = s.send("B", idempotency_key="k")  # a retry: replayed, never run twice
+    assert again.replayed is True and _same(again, second)
+    assert texts(s.messages) == ["user:B", "assistant:re: B"]
+
+
+def test_a_keyed_rollback_retry_in_this_process_never_drops_its_key_turn(
+    tmp_path: Path,
+) -> None:
+    gate, reached = threading.Event(), threading.Event()
+
+    @tool
+    def held(amount: int) -> str:
+        """Hold until the gate opens."""
+        reached.set()
+        gate.wait(60)
+        return "held"
+
+    prov = ScriptedProvider([Step(tool_calls=(ToolCall("c1", "held", {"amount": 1}),)),
+                             "done"], default="never")
+    s = create_agent(provider=prov, tools=[held],
+                     store=SqliteStore(tmp_path / "a.db")).session(id="u1",
+                                                                  turn_policy="rollback")
+    first: list[object] = []
+    t = threading.Thread(target=lambda: first.append(s.send("A", idempotency_key="k")))
+    t.start()
+    assert reached.wait(60)
+    retry = s.stream("A", idempotency_key="k")  # the same request again, while it runs
+    events = iter(retry)
+    assert next(events).type == "run.start"  # attached to the key's turn, not aborting it
+    gate.set()
+    assert [e.type for e in events][-1] == "run.done"
+    t.join(60)
+    assert first[0].finish_reason == "stop"  # type: ignore[attr-defined]
+    assert retry.result().replayed is True and _same(retry.result(), first[0])
+    assert prov.calls == 2

@@ -7,6 +7,7 @@ wake-ups of its readers."""
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -177,7 +178,15 @@ class PostgresEventOps:
         notes = listener(self._db)
         with self._cond:
             if self._unlisten is None:
-                self._unlisten = notes.subscribe(self._channel, lambda _: self._bump())
+                # held weakly: the listener's thread keeps no store alive
+                me = weakref.ref(self)
+
+                def bump(_: object) -> None:
+                    ops = me()
+                    if ops is not None:
+                        ops._bump()
+
+                self._unlisten = notes.subscribe(self._channel, bump)
             # without a listener (yet, or after a lost connection), poll
             listening = notes.listening(self._channel)
             self._cond.wait(timeout if listening else min(timeout, 0.01))
