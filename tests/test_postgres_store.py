@@ -567,3 +567,23 @@ def test_a_dropped_store_is_collected_and_its_listening_thread_ends(
     assert dropped() is None and its_db() is None  # (its pool closed by its finaliser)
     listening[0].join(TIMEOUT)
     assert not listening[0].is_alive()
+
+
+def _idle_limit(store: Any) -> str:
+    return str(store._db.run("read a setting", lambda c: c.execute(
+        "SHOW idle_in_transaction_session_timeout").fetchone()[0]))
+
+
+def test_the_server_ends_a_stores_session_idle_in_a_transaction(
+    store: Any, postgres_url: str, postgres_schema: str
+) -> None:
+    """A client stopped inside a transaction would keep its rows locked (a takeover of
+    its turn would wait for it): the store's sessions carry
+    idle_in_transaction_session_timeout, 10 s unless the conninfo's options set it."""
+    from lousho_sync.postgres import PostgresStore
+
+    assert _idle_limit(store) == "10s"
+    sep = "&" if "?" in postgres_url else "?"
+    own = f"{postgres_url}{sep}options=-c%20idle_in_transaction_session_timeout%3D2500"
+    with PostgresStore(own, schema=postgres_schema) as mine:
+        assert _idle_limit(mine) == "2500ms"
