@@ -12,9 +12,11 @@ starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then
 it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there;
 with ``LOUSHO_TEST_GO_FILE`` it goes on once that file exists, then prints
 ``{"end": ..., "result"|"error": ...}``; ``LOUSHO_TEST_LEASE_TTL_S`` sets its lease's TTL,
-``LOUSHO_TEST_HOST`` the host its lease owner names). With ``LOUSHO_TEST_DUMP_DIR`` every
-child writes the stacks of all its threads to ``MODE-PID.txt`` there every 25 s and on
-SIGUSR1 (a stopped child's at its SIGCONT): where a takeover that never comes waits.
+``LOUSHO_TEST_HOST`` the host its lease owner names; with ``LOUSHO_TEST_SAY_STORED`` it
+prints ``{"stored": true}`` once the held answer's events are in the log). With
+``LOUSHO_TEST_DUMP_DIR`` every child writes the stacks of all its threads to
+``MODE-PID.txt`` there every 25 s and on SIGUSR1 (a stopped child's at its SIGCONT): where
+a takeover that never comes waits.
 """
 
 from __future__ import annotations
@@ -91,8 +93,26 @@ def line_of(event: Event) -> dict[str, Any]:
             "text": getattr(event, "text", None), "step": getattr(event, "step", None)}
 
 
+_out_lock = threading.Lock()
+
+
 def _out(value: Any) -> None:
-    print(json.dumps(value), flush=True)
+    with _out_lock:  # one write a line: two threads print
+        sys.stdout.write(json.dumps(value) + "\n")
+        sys.stdout.flush()
+
+
+def _say_stored(provider: GatedProvider, turn_id: str) -> None:
+    """Once the answer is held, write what the turn published to the log and say
+    ``{"stored": true}``: the turn writes nothing more until it goes on."""
+    from lousho_sync._detached import local_run
+
+    provider.reached.wait()
+    run = local_run(turn_id)
+    assert run is not None
+    while not run._publisher.flush():
+        pass  # a failed write is made again
+    _out({"stored": True})
 
 
 def main() -> None:
@@ -153,6 +173,9 @@ def main() -> None:
             id=sid, lease_ttl_s=float(ttl) if ttl else None)
         run = session.start("go")
         _out({"turn": run.turn_id})
+        if os.environ.get("LOUSHO_TEST_SAY_STORED"):
+            threading.Thread(target=_say_stored, args=(provider, run.turn_id),
+                             daemon=True).start()
         for event in run:
             _out(line_of(event))
         try:

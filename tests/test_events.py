@@ -442,14 +442,18 @@ def lose_the_lease_and_take_over(kind: str, root: Path, *, host: str | None = No
     driver is then continued and goes on. (The driver's lines after it went on, the
     reader's.)"""
     go = root / "go-on"
-    env = {"LOUSHO_TEST_LEASE_TTL_S": "2", "LOUSHO_TEST_GO_FILE": str(go)}
+    env = {"LOUSHO_TEST_LEASE_TTL_S": "2", "LOUSHO_TEST_GO_FILE": str(go),
+           "LOUSHO_TEST_SAY_STORED": "1"}
     if host is not None:
         env["LOUSHO_TEST_HOST"] = host
     driver = child("drive", kind, str(root), "s1", ANSWER, "40", "12", **env)
     try:
         turn = driver.line()["turn"]
         seen: list[dict[str, Any]] = []
-        while sum(1 for e in seen if e["type"] == "text.delta") < 12:
+        # stopped once its held answer is in the log: not inside a write of its events
+        # (see the note on SQLite below)
+        while sum(1 for e in seen if e.get("type") == "text.delta") < 12 or not any(
+                e.get("stored") for e in seen):
             seen.append(driver.line())
         if host is None:
             os.kill(driver.proc.pid, signal.SIGSTOP)
@@ -492,12 +496,15 @@ def _taken_over_once(kind: str, root: Path, lines: list[dict[str, Any]]) -> None
     assert session.pending() is None and session.current_turn() is None
 
 
-# A driver stopped (SIGSTOP) in the middle of a store write must hold nothing a takeover
-# needs: SQLite's write lock is the file's, and PostgreSQL keeps the rows of a transaction
-# whose client stopped mid-way locked (a pipeline mid-way is not even "idle in
-# transaction"). The event log's writes are one statement each on both (and PostgresStore
-# has the server end a session idle in a transaction). Redis holds no lock across a
-# stopped client.
+# A driver stopped (SIGSTOP) past its lease, between its writes: it must hold nothing a
+# takeover needs. PostgreSQL kept the rows of a transaction whose client stopped mid-way
+# locked (a pipeline mid-way is not even "idle in transaction"): the event log's writes are
+# one statement each, and PostgresStore has the server end a session idle in a
+# transaction. SQLite's write lock is the file's: the event writes are one statement each
+# (no transaction left open across Python code), but a driver stopped inside a statement's
+# own run still holds the lock, and every writer, the takeover too, waits until it goes on
+# or dies (documented); so the driver is stopped once its events are stored. Redis holds
+# no lock across a stopped client.
 @pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres", "encrypted-sqlite"],
                          indirect=True)
 def test_a_reader_takes_over_a_turn_whose_driver_was_stopped_past_its_lease(
