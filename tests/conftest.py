@@ -83,11 +83,15 @@ def _shared_servers() -> list[str]:
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many workers ``-n auto`` starts: none (this process runs the suite) when a
-    server every worker would share is named, else ``WORKERS_PER_CORE`` per usable core."""
+    server every worker would share is named, else ``WORKERS_PER_CORE`` per usable core
+    (one per core when ``LOUSHO_STRESS`` sets a harder level)."""
     if _shared_servers():
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return WORKERS_PER_CORE * (cores or os.cpu_count() or 1)
+    cores = cores or os.cpu_count() or 1
+    if os.environ.get("LOUSHO_STRESS", "").strip():
+        return cores  # storms and crash series at a harder level compute: one per core
+    return WORKERS_PER_CORE * cores
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
