@@ -15,7 +15,10 @@
   Readers in the process that drives the turn take the events from its :class:`Publisher`
   as objects, the moment they are made (its ``run.done`` once that is stored).
 * The writes are made by a thread of the publisher's own (reused daemon threads,
-  :func:`spawn`); the memory log keeps the events themselves, the others their JSON.
+  :func:`spawn`); the memory log keeps the events themselves, the others their JSON, and
+  its writes of other events than text deltas are made by the publishing thread (a list
+  append costs less than waking a thread). A local reader waiting for the turn's
+  ``run.done`` to be stored writes what waits itself.
 * Fencing: a takeover re-opens the turn's log under its own owner (``begin``); each
   store's ``append`` checks the owner in the write's transaction, so a driver that lost
   its lease writes nothing more (:attr:`Publisher.superseded`).
@@ -443,8 +446,8 @@ class Publisher:
 
     def publish(self, event: RunEvent) -> None:
         """Add ``event`` to the log: readers in this process have it at once; it is written
-        by the publisher's thread at once, or, a text delta within ``interval_s`` of the
-        last write, with the next write."""
+        by the publisher's thread at once (by the caller, to a log in memory), or, a text
+        delta within ``interval_s`` of the last write, with the next write."""
         # A text delta takes no lock: appending to a list and reading a flag are atomic,
         # and a local reader (``follow``) and the writer (``_write_loop``) look at the list
         # again after setting their flag, so nothing appended here goes unnoticed. Any
@@ -472,8 +475,16 @@ class Publisher:
             if self._wanted:
                 self._wanted = False
                 self._readable.notify_all()
-            self._urgent = True
-            self._tell_locked()
+            if not self._objects:
+                self._urgent = True
+                self._tell_locked()
+                return
+        # a log in this process's memory: written here and now (a list append), not by a
+        # wake-up of the publisher's thread
+        if not self.flush():  # pragma: no cover - the memory log does not fail
+            with self._lock:
+                self._urgent = True
+                self._tell_locked()
 
     def _tell_locked(self) -> None:
         """Have the writer write what waits (when due). Caller holds ``_lock``."""
@@ -597,7 +608,13 @@ class Publisher:
 
     def _wait_stored(self, pos: int) -> bool:
         """Wait until the event at ``pos`` is in the store (or the publisher ended without
-        storing it); False when another owner took the turn over first."""
+        storing it); False when another owner took the turn over first. The reader writes
+        what waits itself rather than wait for the publisher's thread to wake and write it
+        (a turn's ``run.done``: its last write, on its readers' path to the end)."""
+        with self._lock:
+            if self._stored > pos or self.superseded or self._finished:
+                return self._stored > pos or not self.superseded
+        self.flush()  # (a write that failed is retried by the publisher's thread or close)
         with self._lock:
             while self._stored <= pos and not self.superseded and not self._finished:
                 self._store_wanted = True

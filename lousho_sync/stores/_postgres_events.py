@@ -28,6 +28,45 @@ _TABLES = (
     "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_events (turn_id TEXT NOT NULL, "
     "seq BIGINT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (turn_id, seq))",
 )
+# A turn's head made (or replaced, on takeover: its rows stay) and its session's latest
+# turn set, in one statement; then NOTIFY.
+_BEGIN = (
+    "WITH head AS (INSERT INTO {s}.lousho_turns VALUES (%(t)s, %(s)s, %(o)s, %(at)s, "
+    "%(last)s, %(st)s, %(end)s, (SELECT count(*) FROM {s}.lousho_events WHERE turn_id = "
+    "%(t)s)) ON CONFLICT (turn_id) DO UPDATE SET session_id = excluded.session_id, owner = "
+    "excluded.owner, started_at = excluded.started_at, last_seq = excluded.last_seq, "
+    "status = excluded.status, ended_at = excluded.ended_at, nrows = excluded.nrows), "
+    "latest AS (INSERT INTO {s}.lousho_turn_latest VALUES (%(s)s, %(t)s) ON CONFLICT "
+    "(session_id) DO UPDATE SET turn_id = excluded.turn_id) "
+    "SELECT pg_notify(%(ch)s, '')"
+)
+# A write of rows, in one statement (one round trip): the head's update is the fence — it
+# matches only while the head's owner is the writer's (an update waiting on a takeover's
+# begin sees its new owner); the rows go in (one INSERT from two array literals) when it
+# matched, or when the turn has no head (as the other stores); a row whose seq the log
+# holds already is left out (the retry of a write that was made; rows come in seq order).
+# Returns whether it was written; NOTIFY.
+_APPEND = (
+    "WITH head AS (UPDATE {s}.lousho_turns SET last_seq = coalesce(%(last)s, last_seq), "
+    "status = %(st)s, ended_at = %(end)s, nrows = nrows + %(n)s "
+    "WHERE turn_id = %(t)s AND owner = %(o)s RETURNING 1), "
+    "ok AS (SELECT EXISTS (SELECT 1 FROM head) OR NOT EXISTS (SELECT 1 FROM "
+    "{s}.lousho_turns WHERE turn_id = %(t)s) AS ok), "
+    "rows AS (INSERT INTO {s}.lousho_events SELECT %(t)s, r.seq, r.data FROM "
+    "unnest(%(seqs)s::bigint[], %(rows)s::text[]) AS r(seq, data) WHERE (SELECT ok FROM ok) "
+    "AND r.seq > (SELECT coalesce(max(seq), -1) FROM {s}.lousho_events WHERE turn_id = "
+    "%(t)s)) "
+    "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
+)
+
+
+def _array(texts: Sequence[str]) -> str:
+    """The PostgreSQL array literal of ``texts`` (one parameter: psycopg adapts a list of
+    1,000 str element by element, ten times slower)."""
+    return "{" + ",".join(['"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for t in texts]) + "}"
+
+
 _HEAD = ("SELECT turn_id, session_id, owner, started_at, last_seq, status, ended_at, nrows "
          "FROM {s}.lousho_turns WHERE turn_id = %s")
 
@@ -43,16 +82,20 @@ class PostgresEventOps:
         self._gen = 0
         self._unlisten: Callable[[], None] | None = None
 
-    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False) -> _T:
+    def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False,
+             one_statement: bool = False) -> _T:
+        """``fn`` on a pooled connection; ``write``: in a transaction that ends with
+        ``NOTIFY``; ``one_statement``: ``fn`` is one statement that notifies itself (one
+        round trip, its own transaction)."""
         def body(c: Conn) -> _T:
-            if not self._ready:
+            if not self._ready and not self._tables_exist(c):
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                               (f"lousho events {self._db.schema}",))
                     for text in _TABLES:
                         c.execute(self._db.q(text))
-                self._ready = True
-            if not write:
+            self._ready = True
+            if not write or one_statement:
                 return fn(c)
             with c.transaction():
                 out = fn(c)
@@ -64,47 +107,41 @@ class PostgresEventOps:
             self._bump()
         return out
 
+    def _tables_exist(self, c: Conn) -> bool:
+        """Whether the log's tables are there (one query; their creation takes a lock)."""
+        names = [f'"{self._db.schema}".{t}'
+                 for t in ("lousho_turns", "lousho_turn_latest", "lousho_events")]
+        row: Any = c.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT "
+                             "NULL AND to_regclass(%s) IS NOT NULL", names).fetchone()
+        return bool(row[0])
+
     def _bump(self) -> None:
         with self._cond:
             self._gen += 1
             self._cond.notify_all()
 
     def begin(self, head: TurnHead) -> None:
-        q = self._db.q
-
+        # one statement: the head replaced (an upsert, so an append of the owner it
+        # replaces, waiting on the row, sees the new owner), the session's latest turn set
         def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (head.turn_id,))
-            c.execute(q("INSERT INTO {s}.lousho_turns VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                        "(SELECT count(*) FROM {s}.lousho_events WHERE turn_id = %s))"),
-                      (head.turn_id, head.session_id, head.owner, head.started_at,
-                       head.last_seq, head.status, head.ended_at, head.turn_id))
-            c.execute(q("INSERT INTO {s}.lousho_turn_latest VALUES (%s, %s) ON CONFLICT "
-                        "(session_id) DO UPDATE SET turn_id = excluded.turn_id"),
-                      (head.session_id, head.turn_id))
+            c.execute(self._db.q(_BEGIN), {
+                "t": head.turn_id, "s": head.session_id, "o": head.owner,
+                "at": head.started_at, "last": head.last_seq, "st": head.status,
+                "end": head.ended_at, "ch": self._channel})
 
-        self._run("begin a turn's event log", fn, write=True)
+        self._run("begin a turn's event log", fn, write=True, one_statement=True)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
-        q = self._db.q
-
         def fn(c: Conn) -> bool:
-            held: Any = c.execute(q("SELECT owner FROM {s}.lousho_turns WHERE turn_id = %s "
-                                    "FOR UPDATE"), (turn_id,)).fetchone()
-            if held is not None and held[0] != owner:
-                return False  # another owner re-opened the turn (a takeover)
-            with c.cursor() as cur:
-                cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s) ON "
-                                  "CONFLICT (turn_id, seq) DO UPDATE SET data = excluded.data"),
-                                [(turn_id, seq, text) for seq, text in rows])
-            last = rows[-1][0] if rows else None
-            c.execute(q("UPDATE {s}.lousho_turns SET last_seq = coalesce(%s, last_seq), "
-                        "owner = %s, status = %s, ended_at = %s, nrows = nrows + %s "
-                        "WHERE turn_id = %s"),
-                      (last, owner, status, ended_at, len(rows), turn_id))
-            return True
+            row: Any = c.execute(self._db.q(_APPEND), {
+                "t": turn_id, "o": owner, "st": status, "end": ended_at, "n": len(rows),
+                "last": rows[-1][0] if rows else None,
+                "seqs": "{" + ",".join([str(seq) for seq, _ in rows]) + "}",
+                "rows": _array([text for _, text in rows]), "ch": self._channel}).fetchone()
+            return bool(row[0])
 
-        return self._run("write events", fn, write=True)
+        return self._run("write events", fn, write=True, one_statement=True)
 
     def head(self, turn_id: str) -> TurnHead | None:
         row: Any = self._run("read a turn's event log",

@@ -1,15 +1,16 @@
 """The Redis store's event-log primitives: a turn's rows are a Stream
-(``<prefix>events:<turn>``, entry id ``0-<seq + 1>``), its head a hash
+(``<prefix>events:<turn>``) of one entry per write (by 1,000 rows at most), with the id
+``0-<seq + 1>`` of its last row: a lone row is its field ``d``, several rows are fields
+named by their seq (a write of 1,000 text deltas is one entry, not 1,000); its head a hash
 (``<prefix>turn-head:<turn>``), a session's latest turn a string
 (``<prefix>turn-latest:<session>``) and the ended turns a sorted set by end time
 (``<prefix>turns-ended``). Readers wake with ``XREAD BLOCK``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
-
-from redis import exceptions as redis_errors
 
 from ._events import TurnHead, TurnStatus
 from ._redis_conn import Conn, as_str
@@ -17,6 +18,41 @@ from ._redis_conn import Conn, as_str
 __all__ = ["RedisEventOps"]
 
 BLOCK_MS_MAX = 1000
+
+# KEYS: head, rows (the Stream), ended turns. ARGV: owner, status, ended_at ('' while
+# running), turn id, the rows as one flat JSON array [seq, row, seq, row, ...]. One atomic
+# step, one round trip: 0, nothing written, when another owner re-opened the turn (a
+# takeover's begin); else 1: the rows are added, up to 1,000 to a Stream entry (see the
+# module), the rows whose seq the Stream holds already left out (the retry of a write that
+# was made; rows come in seq order), and the head's owner, status, ended_at, last_seq and
+# rows are set (a head that is gone is not made again).
+_APPEND = """
+local held = redis.call('HGET', KEYS[1], 'owner')
+if held and held ~= ARGV[1] then return 0 end
+local top = -1
+local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if newest then top = tonumber(string.match(newest[1], '%-(%d+)$')) - 1 end
+local f = cjson.decode(ARGV[5])
+local n = #f
+local first = 1
+while first < n and f[first] <= top do first = first + 2 end
+for i = first, n - 1, 2000 do
+  local last = math.min(i + 1999, n)
+  local id = '0-' .. string.format('%d', f[last - 1] + 1)
+  if last - i == 1 then
+    redis.call('XADD', KEYS[2], id, 'd', f[last])
+  else
+    redis.call('XADD', KEYS[2], id, unpack(f, i, last))
+  end
+end
+if held then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'status', ARGV[2], 'ended_at', ARGV[3])
+  if n > 0 then redis.call('HSET', KEYS[1], 'last_seq', string.format('%d', f[n - 1])) end
+  redis.call('HINCRBY', KEYS[1], 'rows', (n - first + 1) / 2)
+end
+if ARGV[3] ~= '' then redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4]) end
+return 1
+"""
 
 
 def _id(seq: int) -> str:
@@ -32,6 +68,7 @@ class RedisEventOps:
 
     def __init__(self, conn: Conn) -> None:
         self._c = conn
+        self._append = conn.client.register_script(_APPEND)
 
     def _rows_key(self, turn_id: str) -> str:
         return self._c.key("events:", turn_id)
@@ -57,34 +94,12 @@ class RedisEventOps:
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
-        def fn(r: Any) -> bool:
-            head_key = self._head_key(turn_id)
-            with r.pipeline(transaction=True) as pipe:
-                while True:
-                    try:
-                        pipe.watch(head_key)  # a takeover's begin() in between: try again
-                        held = pipe.hget(head_key, "owner")
-                        if held is not None and as_str(held) != owner:
-                            return False  # another owner re-opened the turn (a takeover)
-                        pipe.multi()
-                        key = self._rows_key(turn_id)
-                        for seq, text in rows:
-                            pipe.xadd(key, {"d": text}, id=_id(seq))
-                        fields: dict[str, Any] = {
-                            "owner": owner, "status": status,
-                            "ended_at": "" if ended_at is None else repr(ended_at)}
-                        if rows:
-                            fields["last_seq"] = rows[-1][0]
-                        pipe.hset(head_key, mapping=fields)
-                        pipe.hincrby(head_key, "rows", len(rows))
-                        if ended_at is not None:
-                            pipe.zadd(self._c.key("turns-ended"), {turn_id: ended_at})
-                        pipe.execute()
-                        return True
-                    except redis_errors.WatchError:
-                        continue
-
-        return self._c.run("write events", fn)
+        keys = [self._head_key(turn_id), self._rows_key(turn_id), self._c.key("turns-ended")]
+        args = [owner, status, "" if ended_at is None else repr(ended_at), turn_id,
+                json.dumps([x for row in rows for x in row], ensure_ascii=False,
+                           separators=(",", ":"))]
+        return bool(self._c.run("write events",
+                                lambda r: self._append(keys=keys, args=args, client=r)))
 
     def head(self, turn_id: str) -> TurnHead | None:
         d = self._c.run("read a turn's event log",
@@ -107,8 +122,14 @@ class RedisEventOps:
     def read(self, turn_id: str, after: int, limit: int) -> list[tuple[int, str]]:
         entries: Any = self._c.run("read events", lambda r: r.xrange(
             self._rows_key(turn_id), min=_id(after + 1), max="+", count=limit))
-        return [(_seq(eid), as_str(fields[b"d"] if b"d" in fields else fields["d"]))
-                for eid, fields in entries]
+        rows: list[tuple[int, str]] = []
+        for entry_id, fields in entries:
+            if len(fields) == 1 and (b"d" in fields or "d" in fields):
+                rows.append((_seq(entry_id), as_str(next(iter(fields.values())))))
+                continue
+            batch = sorted((int(as_str(k)), as_str(v)) for k, v in fields.items())
+            rows.extend(row for row in batch if row[0] > after)
+        return rows[:limit]
 
     def wait(self, turn_id: str, after: int, timeout: float) -> None:
         block = max(1, min(BLOCK_MS_MAX, int(timeout * 1000)))
