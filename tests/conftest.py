@@ -63,17 +63,15 @@ _bytecode_for_child_processes()
 
 
 # --- the suite in parallel (pytest-xdist) ----------------------------------------------------
-# setup.cfg passes ``--numprocesses=auto --dist=load``: most tests wait (child
-# processes starting, servers, leases, timeouts) rather than compute, so several worker
-# processes share the cores. Each worker is a process with its own session fixtures: its
-# own redis-server and its own throwaway PostgreSQL (below), so a test that stops, restarts
-# or cuts the connections of its server disturbs no other worker's test. A server named by
-# LOUSHO_TEST_REDIS_URL or LOUSHO_TEST_POSTGRES_URL would be shared by every worker: then
-# ``-n auto`` runs the suite in this one process. ``-n0`` always does; ``-p no:xdist`` too.
+# setup.cfg passes ``--numprocesses=auto --dist=load``: many tests wait (servers, leases,
+# timeouts), so worker processes run tests side by side, one per core. Each worker is a
+# process with its own session fixtures: its own redis-server and its own throwaway
+# PostgreSQL (below), so a test that stops, restarts or cuts the connections of its server
+# disturbs no other worker's test. A server named by LOUSHO_TEST_REDIS_URL or
+# LOUSHO_TEST_POSTGRES_URL would be shared by every worker: then ``-n auto`` runs the
+# suite in this one process. ``-n0`` always does; ``-p no:xdist`` too.
 
 SHARED_SERVER_VARS = ("LOUSHO_TEST_REDIS_URL", "LOUSHO_TEST_POSTGRES_URL")
-WORKERS_PER_CORE = 2
-"""``-n auto``: worker processes per CPU core (the tests mostly wait)."""
 
 
 def _shared_servers() -> list[str]:
@@ -83,15 +81,14 @@ def _shared_servers() -> list[str]:
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many workers ``-n auto`` starts: none (this process runs the suite) when a
-    server every worker would share is named, else ``WORKERS_PER_CORE`` per usable core
-    (one per core when ``LOUSHO_STRESS`` sets a harder level)."""
+    server every worker would share is named, else one per usable core. (Not more: the CLI
+    and multi-process tests start many child Pythons, which compute; at two per core on a
+    busy 2-core host, tests of a dozen CLI runs went past their 120 s timeout. ``-n 4``
+    asks for more.)"""
     if _shared_servers():
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    cores = cores or os.cpu_count() or 1
-    if os.environ.get("LOUSHO_STRESS", "").strip():
-        return cores  # storms and crash series at a harder level compute: one per core
-    return WORKERS_PER_CORE * cores
+    return cores or os.cpu_count() or 1
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
