@@ -492,20 +492,14 @@ def _taken_over_once(kind: str, root: Path, lines: list[dict[str, Any]]) -> None
     assert session.pending() is None and session.current_turn() is None
 
 
-# A known defect, kept visible: the reader's takeover of a SIGSTOPped driver's turn sometimes
-# never came on SQLite (seen once, under Python 3.13; not reproduced since). The PostgreSQL
-# one (about 1 run in 4) is fixed: the driver's event writer, stopped inside its
-# transaction (mid-pipeline, so no idle_in_transaction_session_timeout applied), kept the
-# turn's head row locked; its writes are one statement each now. Redis holds no lock
-# across a stopped client. A killed driver's turn is taken over on every store
-# (test_a_reader_takes_over_a_turn_whose_driver_was_killed).
-_STOPPED_HOLDS_LOCKS = pytest.mark.xfail(
-    reason="a driver stopped inside a write transaction blocks the takeover", strict=False)
-
-
-@pytest.mark.parametrize("kind", [
-    pytest.param("sqlite", marks=_STOPPED_HOLDS_LOCKS), "redis", "postgres",
-    pytest.param("encrypted-sqlite", marks=_STOPPED_HOLDS_LOCKS)], indirect=True)
+# A driver stopped (SIGSTOP) in the middle of a store write must hold nothing a takeover
+# needs: SQLite's write lock is the file's, and PostgreSQL keeps the rows of a transaction
+# whose client stopped mid-way locked (a pipeline mid-way is not even "idle in
+# transaction"). The event log's writes are one statement each on both (and PostgresStore
+# has the server end a session idle in a transaction). Redis holds no lock across a
+# stopped client.
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres", "encrypted-sqlite"],
+                         indirect=True)
 def test_a_reader_takes_over_a_turn_whose_driver_was_stopped_past_its_lease(
     kind: str, tmp_path: Path
 ) -> None:
