@@ -10,8 +10,10 @@
 * **store writes** of a streamed 1,000-delta turn on SQLite (model at full speed, and paced
   1 ms a delta), default coalescing;
 * **framework time** of a ``start()``-ed turn read to its end against ``stream()`` of the
-  same turn (1,000 deltas, scripted model, no delay; every store; median of 15, the two
-  interleaved);
+  same turn (1,000 deltas, scripted model, no delay; every store; 15 of each, the two
+  interleaved; the ratio of the medians and of the minimums — on a loaded host the median
+  mostly measures how soon the OS runs a woken thread, which ``stream()`` never waits
+  for); with a new store each run, then with one store for all runs;
 * **100 readers** of one turn in one process (attached threads, memory and SQLite).
 
 Redis: ``LOUSHO_TEST_REDIS_URL`` or a ``redis-server`` of its own; PostgreSQL:
@@ -166,9 +168,16 @@ def writes(kind: str, where: str, pace_s: float) -> tuple[int, int]:
     return count[0], events
 
 
-def framework(kind: str, where: str) -> tuple[float, float]:
+def framework(kind: str, where: str, *, warm: bool = False) -> tuple[list[float], list[float]]:
+    """Times (ms) of ``stream()`` and of a ``start()``-ed turn read to its end, interleaved;
+    a new store each run (its connections and set-up in the time), or ``warm``: one store
+    for every run (a long-lived application's)."""
+    kept: list[Any] = []
+
     def once(detached: bool) -> float:
-        store = make(kind, where)
+        store = kept[0] if kept else make(kind, where)
+        if warm and not kept:
+            kept.append(store)
         agent = create_agent(provider=ScriptedProvider([Step(chunks=["x"] * 1000)]),
                              store=store)
         session = agent.session(id=f"f{uuid.uuid4().hex[:6]}")
@@ -179,16 +188,19 @@ def framework(kind: str, where: str) -> tuple[float, float]:
         elapsed = time.perf_counter() - t
         run.result()
         close = getattr(store, "close", None)
-        if close is not None:
+        if close is not None and not warm:
             close()  # (PostgreSQL: a store's pool and listener are connections)
-        return elapsed
+        return elapsed * 1000
 
     once(False), once(True)  # warm up
     streams, starts = [], []
     for _ in range(15):  # interleaved: a loaded host slows both alike
         streams.append(once(False))
         starts.append(once(True))
-    return statistics.median(streams) * 1000, statistics.median(starts) * 1000
+    close = getattr(kept[0], "close", None) if kept else None
+    if close is not None:
+        close()
+    return streams, starts
 
 
 def many_readers(kind: str, where: str, readers: int) -> tuple[float, bool]:
@@ -242,10 +254,14 @@ def main() -> None:
             n, events = writes("sqlite", tmp, pace)
             print(f"store writes, 1,000-delta turn on SQLite, model {pace * 1000:g} ms a "
                   f"delta: {n} writes for {events} events")
-        for kind in kinds:
-            stream, started = framework(kind, kinds[kind])
-            print(f"framework time, 1,000 deltas, {kind}: stream() {stream:.1f} ms, start() "
-                  f"{started:.1f} ms ({started / stream:.2f}x)")
+        for warm in (False, True):
+            for kind in kinds:
+                streams, starts = framework(kind, kinds[kind], warm=warm)
+                stream, started = statistics.median(streams), statistics.median(starts)
+                print(f"framework time, 1,000 deltas, {kind}"
+                      f"{' (one store for all runs)' if warm else ''}: stream() {stream:.1f} "
+                      f"ms, start() {started:.1f} ms, median {started / stream:.2f}x, min "
+                      f"{min(starts) / min(streams):.2f}x")
         for kind in ("memory", "sqlite"):
             ms, same = many_readers(kind, kinds[kind], args.readers)
             print(f"{args.readers} readers of one 1,000-delta turn, {kind}: {ms:.0f} ms, "

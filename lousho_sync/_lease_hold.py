@@ -283,6 +283,14 @@ class _Heartbeat:
         def cancel() -> None:
             with self._cond:
                 self._live.discard(token)
+                # its entry goes now: a cancelled renewal keeps nothing (its store) alive
+                heap = self._heap
+                for i, entry in enumerate(heap):
+                    if entry[1] == token:
+                        heap[i] = heap[-1]
+                        heap.pop()
+                        heapq.heapify(heap)
+                        break
 
         return cancel
 
@@ -308,6 +316,7 @@ class _Heartbeat:
                 fn()
             except Exception:
                 _log.warning("lease renewal failed", exc_info=True)
+            del fn  # a waiting thread keeps nothing of the last renewal alive
 
 
 _HEARTBEAT = _Heartbeat()

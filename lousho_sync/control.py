@@ -7,6 +7,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from .messages import Message
 from .signal import AbortController, Latch
@@ -50,6 +51,13 @@ class TurnControl:
         """True for a turn whose events go to an event log (``Session.start``, a takeover):
         its commit records the turn's id in its last message (see
         :func:`lousho_sync._eventlog.seal_turn`)."""
+        self.sink: Callable[[Any], None] | None = None
+        """Where the turn's events go besides its caller (the executor makes them for it even
+        when the caller reads none): the event log opened when input from another process
+        joins a turn that wrote none (see :mod:`lousho_sync._mailbox`)."""
+        self.join_log: Any = None
+        """The publisher of that log; ``join_log_closed``: it may no longer be opened."""
+        self.join_log_closed = False
         self.keys: set[str] = set()
         """The idempotency keys of the turn's input and of the input joined into it."""
         self.reachable = True

@@ -292,11 +292,18 @@ class Turn:
                     writer.save(self.checkpoint(status))
 
     def emit(self, cls: Callable[..., RunEvent], **fields: Any) -> tuple[RunEvent, ...]:
-        """The event ``cls(**fields)`` of this run, or none when nobody can read events."""
-        if not self.emits:
-            return ()
+        """The event ``cls(**fields)`` of this run, or none when nobody can read events
+        (the control's ``sink``, when set, gets it either way)."""
         ctl = self.ctl
-        return (cls(run_id=ctl.run_id, seq=ctl.next_seq(), **fields),)
+        sink = ctl.sink
+        if not self.emits:
+            if sink is not None:
+                sink(cls(run_id=ctl.run_id, seq=ctl.next_seq(), **fields))
+            return ()
+        event = cls(run_id=ctl.run_id, seq=ctl.next_seq(), **fields)
+        if sink is not None:
+            sink(event)
+        return (event,)
 
     def record(self, call: ToolCall, text: str, is_error: bool) -> Generator[RunEvent, None, None]:
         """Record the result of ``call`` (checkpointed) and announce it."""

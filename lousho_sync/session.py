@@ -40,7 +40,7 @@ from .records import session_prefix
 from .results import ExecutionResult, PendingTurn, TurnInfo
 from .run import AgentRun, DriverFactory
 from .signal import Signal
-from .stores._events import TurnHead, event_ops_of
+from .stores._events import TurnHead, event_ops_of, now
 from .stores._lease import make_owner, owner_is_dead
 from .stores._mail import mail_ops_of
 from .stores.base import ApprovalStore, CheckpointStore, SessionStore, TurnCommitter
@@ -316,8 +316,9 @@ class Session:
 
     def current_turn(self) -> TurnInfo | None:
         """The session's detached turn that has not finished (running, paused on an
-        approval, or interrupted: its driver died), from the event log; None when there is
-        none."""
+        approval, or interrupted: its driver died, or no longer holds the session's lease —
+        stopped past it, or on another host and gone), from the event log; None when there
+        is none."""
         head = self._event_log().latest(self._id)
         if head is None or head.status == "done":
             return None
@@ -327,9 +328,23 @@ class Session:
                 return None
             status: Literal["running", "paused", "interrupted"] = "paused"
         else:
-            status = "interrupted" if owner_is_dead(head.owner) else "running"
+            status = "interrupted" if self._interrupted(head) else "running"
         return TurnInfo(turn_id=head.turn_id, status=status, started_at=head.started_at,
                         last_seq=head.last_seq, owner=head.owner)
+
+    def _interrupted(self, head: TurnHead) -> bool:
+        """Whether the running turn of ``head`` lost its driver: its process is gone from
+        this host, or the session's lease lapsed under it. A turn that wrote no event yet
+        may be about to take the lease (it does before ``run.start``): it counts once it
+        started a lease's TTL ago; one whose lease was released is committed (the
+        transcript says so) and only its last events are still to come."""
+        if owner_is_dead(head.owner):
+            return True
+        if (head.owner == self._state.owner or self._state.leasable is None
+                or (head.last_seq < 0 and now() - head.started_at < self._p.lease_ttl_s)
+                or self._lease_held()):
+            return False
+        return committed_turn(self.load(), head.turn_id) is None
 
     def abort_turn(self, reason: object = None, *, turn_id: str | None = None) -> bool:
         """Abort the session's running turn (or the turn ``turn_id``), whichever process
@@ -402,11 +417,12 @@ class Session:
         with st.lock:
             st.raise_if_awaiting_locked(self._p.approvals)
             policy = self.turn_policy
-            if key is not None and policy != "reject" and (
-                    policy == "rollback"
-                    or idem.find(st.messages, key, self.idempotency_ttl_s) is not None):
-                policy = "wait"  # a used key replays; a keyed call never drops a turn
             current = st.current
+            if key is not None and policy != "reject" and (
+                    idem.find(st.messages, key, self.idempotency_ttl_s) is not None
+                    or (policy == "rollback" and current is not None
+                        and current.control is not None and key in current.control.keys)):
+                policy = "wait"  # a used key replays; a rollback never drops its key's turn
             if policy == "reject" and (current is not None or st.waiting):
                 raise SessionBusyError(
                     f"session {self._id!r} is running a turn (turn_policy='reject')",
@@ -443,7 +459,7 @@ class Session:
         return SessionTurn(self._p, ticket, msgs, signal=signal, approve=approve,
                            limits=self.limits, wait_for_lease=self.turn_policy != "reject",
                            idempotency_ttl_s=self.idempotency_ttl_s, policy=self.turn_policy,
-                           log=log)
+                           log=log, events=self._event_log)
 
     def _join_driver(
         self,

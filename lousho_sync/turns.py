@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
@@ -234,8 +235,8 @@ class SessionTurn:
     continuations). The one thing ``send``, ``stream`` and ``resume`` run; driven by one
     thread at a time through :meth:`run`."""
 
-    __slots__ = ("_approve", "_emit_pending", "_idem_ttl_s", "_input", "_limits", "_log",
-                 "_p", "_policy", "_signal", "_ticket", "_wait")
+    __slots__ = ("_approve", "_emit_pending", "_events", "_idem_ttl_s", "_input", "_limits",
+                 "_log", "_p", "_policy", "_signal", "_ticket", "_wait")
 
     def __init__(
         self,
@@ -251,9 +252,11 @@ class SessionTurn:
         policy: str = "wait",
         emit_pending: bool = False,
         log: EventLog | None = None,
+        events: Callable[[], EventLog] | None = None,
     ) -> None:
         self._p = parts
         self._log = log
+        self._events = events
         self._policy = policy
         self._emit_pending = emit_pending
         self._idem_ttl_s = idempotency_ttl_s
@@ -280,7 +283,8 @@ class SessionTurn:
         mail = self._p.mail
         mail_id: str | None = None
         unregister: Callable[[], None] | None = None
-        result: ExecutionResult | None
+        result: ExecutionResult | None = None
+        failure: BaseException | None = None
         attached: ExecutionResult | None = None
         log = self._log if key is not None and msgs is not None else None
         try:
@@ -299,10 +303,12 @@ class SessionTurn:
                 try:
                     if hold is not None and mail is not None and msgs is not None \
                             and key is None and self._policy in ("queue", "steer", "rollback"):
-                        got, mail_id, msgs = self._through_mailbox(mail, hold, control, msgs)
+                        got, mail_id, msgs, attached = yield from self._through_mailbox(
+                            mail, hold, control, msgs, emit)
                         key = mail_id
                     elif hold is not None and mail is not None and msgs is not None \
-                            and key is not None and self._policy in ("queue", "steer"):
+                            and key is not None \
+                            and self._policy in ("queue", "steer", "rollback"):
                         got, mail_id, msgs, attached = yield from self._keyed_through_mailbox(
                             mail, log, key, hold, control, msgs, emit)
                         key = mail_id or key
@@ -321,7 +327,8 @@ class SessionTurn:
                     if mail_id is not None and got:  # never offered to our own turn
                         _quiet_drop(mail, mail_id, self._p.id)
                     if hold is not None and got and mail is not None:
-                        unregister = mailbox.register(mail, self._p.id, control)
+                        unregister = mailbox.register(mail, self._p.id, control,
+                                                      self._log_opener(control, msgs))
                     if attached is not None:
                         result = attached
                     elif not got:
@@ -377,9 +384,13 @@ class SessionTurn:
                                 result = attrs.evolve(result, resumed=resumed)
                             if publisher is not None:
                                 _publish_end(publisher, control, result)
+                except BaseException as exc:
+                    failure = exc
+                    raise
                 finally:
                     if unregister is not None:
                         unregister()
+                        mailbox.end_join_log(control, result, failure)
                     if hold is not None:
                         hold.release()
                     if mail_id is not None:
@@ -479,11 +490,13 @@ class SessionTurn:
         control: TurnControl, msgs: tuple[Message, ...], emit: bool,
     ) -> Generator[RunEvent, None, tuple[bool, str | None, tuple[Message, ...],
                                          ExecutionResult | None]]:
-        """``"queue"``/``"steer"`` with an idempotency key when another process holds the
-        lease: attach to the running turn when it is the key's; wait for the lease when the
-        key is used in the transcript; else post the input to the mailbox claiming both the
-        mail's id and the key (the turn that applies it seals both, so a retry finds it).
-        Returns (the lease is taken, the mail id, the input, the attached turn's result)."""
+        """``"queue"``/``"steer"``/``"rollback"`` with an idempotency key when another process
+        holds the lease: attach to the running turn when it is the key's; wait for the lease
+        when the key is used in the transcript; else (``"rollback"``) post an abort naming
+        the key (a turn that took the key is not aborted: it is this request's) and wait for
+        the lease, or post the input to the mailbox claiming both the mail's id and the key
+        (the turn that applies it seals both, so a retry finds it). Returns (the lease is
+        taken, the mail id, the input, the attached turn's result)."""
         got, attached = yield from self._lease_or_attach(log, key, hold, control, emit,
                                                          wait=False)
         if got or attached is not None:
@@ -491,49 +504,163 @@ class SessionTurn:
         stored = self._p.sessions.load(self._p.id) or []
         if idem.find(stored, key, self._idem_ttl_s) is not None:  # used: replayed under it
             return hold.acquire(wait=True, signal=control.signal), None, msgs, None
+        if self._policy == "rollback":
+            abort_id = mailbox.post_abort(mail, self._p.id, "rollback", None, key)
+            try:
+                return hold.acquire(wait=True, signal=control.signal), None, msgs, None
+            finally:  # the turn it was for is over: never let it stop this call's own turn
+                _quiet_drop(mail, abort_id, self._p.id)
         mail_id = mailbox.mail_key()
         msgs = idem.claim(msgs, mail_id, also=key)
+        posted_at = time.time()
         mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
                            mail_id=mail_id, poster=hold.owner)
-        return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs, None
+        got, attached = yield from self._wait_joined(mail, hold, control, mail_id, posted_at,
+                                                     emit)
+        return got, mail_id, msgs, attached
 
     def _through_mailbox(
-        self, mail: MailOps, hold: LeaseHold, control: TurnControl, msgs: tuple[Message, ...]
-    ) -> tuple[bool, str | None, tuple[Message, ...]]:
+        self, mail: MailOps, hold: LeaseHold, control: TurnControl, msgs: tuple[Message, ...],
+        emit: bool,
+    ) -> Generator[RunEvent, None, tuple[bool, str | None, tuple[Message, ...],
+                                         ExecutionResult | None]]:
         """Take the lease; when another process holds it, post the input (``"queue"``,
         ``"steer"``) or an abort (``"rollback"``) to the session's mailbox first, then wait
-        for it. Returns (taken, the mail id the input claims, the input)."""
+        for it (or for the turn the input joined, :meth:`_wait_joined`). Returns (taken, the
+        mail id the input claims, the input, the joined turn's result)."""
         try:
-            return hold.acquire(wait=False), None, msgs
+            return hold.acquire(wait=False), None, msgs, None
         except SessionBusyError:
             pass
         if self._policy == "rollback":
             abort_id = mailbox.post_abort(mail, self._p.id, "rollback", None)
             try:
-                return hold.acquire(wait=True, signal=control.signal), None, msgs
+                return hold.acquire(wait=True, signal=control.signal), None, msgs, None
             finally:  # the turn it was for is over: never let it stop this call's own turn
                 _quiet_drop(mail, abort_id, self._p.id)
         mail_id = mailbox.mail_key()
         msgs = idem.claim(msgs, mail_id)
+        posted_at = time.time()
         mailbox.post_input(mail, self._p.id, msgs, steer=self._policy == "steer",
                            mail_id=mail_id, poster=hold.owner)
-        return self._wait_in_line(mail, hold, control, mail_id), mail_id, msgs
+        got, attached = yield from self._wait_joined(mail, hold, control, mail_id, posted_at,
+                                                     emit)
+        return got, mail_id, msgs, attached
 
-    def _wait_in_line(self, mail: MailOps, hold: LeaseHold, control: TurnControl,
-                      mail_id: str) -> bool:
-        """Take the lease once every input posted before ``mail_id`` has had it (next turns
-        in arrival order, :func:`~lousho_sync._mailbox.first_in_line`); False when the
-        call is aborted first."""
+    def _first_in_line(self, mail: MailOps, hold: LeaseHold, mail_id: str) -> bool:
+        """Take the lease when every input posted before ``mail_id`` has had it (next turns
+        in arrival order, :func:`~lousho_sync._mailbox.first_in_line`)."""
+        if not mailbox.first_in_line(mail, self._p.id, mail_id):
+            return False
+        try:
+            return hold.acquire(wait=False)
+        except SessionBusyError:
+            return False
+
+    def _wait_joined(
+        self, mail: MailOps, hold: LeaseHold, control: TurnControl, mail_id: str,
+        posted_at: float, emit: bool,
+    ) -> Generator[RunEvent, None, tuple[bool, ExecutionResult | None]]:
+        """Wait for the lease in line (:meth:`_first_in_line`) and, meanwhile, for the
+        running turn to take the input of ``mail_id``: the owner then writes that turn's
+        events to the event log (see :func:`~lousho_sync._mailbox.register`), which this
+        call reads from its input's ``input.queued`` on (yielded as that turn's events),
+        and a ``run.done`` committed with the input ends the call (its result). Returns
+        (the lease is taken, the joined turn's result); (False, None) when the call is
+        aborted first. A joined turn that ended otherwise (failed, aborted, paused) is
+        settled under the lease, as before: what the transcript says. The session's latest
+        turn is read once whether it runs or ended since the post (a short turn may end
+        between two looks); a turn that ended before the post is never read (it took no
+        input posted later; a second of slack for clocks)."""
+        log = self._events() if self._events is not None else None
         pause = _LINE_POLL_S
+        read: set[str] = set()  # turns followed to their end
+
+        def unread() -> TurnHead | None:
+            """The session's latest turn in the log when it is yet to be read."""
+            if log is None:
+                return None
+            try:
+                head = log.latest(self._p.id)
+            except LoushoError:
+                _log.warning("could not read the event log of session %s", self._p.id,
+                             exc_info=True)
+                return None
+            if head is None or head.turn_id in read or (
+                    head.ended_at is not None and head.ended_at < posted_at - 1.0):
+                return None
+            read.add(head.turn_id)
+            return head
+
         while True:
-            if mailbox.first_in_line(mail, self._p.id, mail_id):
-                try:
-                    return hold.acquire(wait=False)
-                except SessionBusyError:
-                    pass
+            if self._first_in_line(mail, hold, mail_id):
+                # the turn that took the input wrote its end before it let the lease go: a
+                # turn that ran whole between two looks is read now
+                head = unread()
+                if head is None or head.ended_at is None or log is None:
+                    return True, None
+                _, joined = yield from self._read_joined(log, head.turn_id, mail, None,
+                                                         control, mail_id, emit)
+                return True, joined
+            head = unread()
+            if head is not None:
+                assert log is not None
+                got, joined = yield from self._read_joined(log, head.turn_id, mail, hold,
+                                                           control, mail_id, emit)
+                if got or joined is not None:
+                    return got, joined
+                if control.signal.aborted:
+                    return False, None
+                pause = _LINE_POLL_S
+                continue
             if control.signal.wait(pause):
-                return False
+                return False, None
             pause = min(pause * 2, _LINE_POLL_MAX_S)
+
+    def _read_joined(
+        self, log: EventLog, turn_id: str, mail: MailOps, hold: LeaseHold | None,
+        control: TurnControl, mail_id: str, emit: bool,
+    ) -> Generator[RunEvent, None, tuple[bool, ExecutionResult | None]]:
+        """Follow turn ``turn_id`` of the log to its end (see :meth:`_wait_joined`), trying
+        the lease (``hold``; None: held already) whenever it is quiet; returns (the lease is
+        taken here, the joined result)."""
+        taken: list[bool] = []
+
+        def idle(_: object) -> bool:
+            if control.signal.aborted:
+                return True
+            if hold is not None and self._first_in_line(mail, hold, mail_id):
+                taken.append(True)
+                return True
+            return False
+
+        own_id, last = control.run_id, -1
+        joined = False
+        try:
+            for event in log.follow(turn_id, -1, idle=idle):
+                if not joined:
+                    joined = mailbox.joined_by(event, mail_id)
+                    if not joined:
+                        continue
+                if isinstance(event, RunDone):
+                    result = mailbox.committed_with(event, mail_id)
+                    if result is not None:
+                        control.run_id = turn_id
+                        control.rewind_seq(event.seq)
+                        return False, attrs.evolve(result, replayed=False, joined=True)
+                    break
+                if isinstance(event, RunFailed):
+                    continue
+                if emit:
+                    control.run_id = turn_id  # this run reads that turn
+                    last = event.seq
+                    yield event
+        except LoushoError:
+            _log.warning("could not follow turn %s of the event log", turn_id, exc_info=True)
+        control.run_id = own_id  # settled under the lease
+        if last >= 0:
+            control.rewind_seq(last + 1)
+        return bool(taken), None
 
     def _first_state(
         self, control: TurnControl, msgs: tuple[Message, ...] | None
@@ -556,6 +683,21 @@ class SessionTurn:
         sid = self._p.id
         return TurnState(run_id=control.run_id, key=session_key(sid, n), session_id=sid,
                          turn_index=n, input=msgs)
+
+    def _log_opener(
+        self, control: TurnControl, msgs: tuple[Message, ...] | None
+    ) -> mailbox.OpenLog | None:
+        """How the mailbox opens this turn's event log when another process's input joins
+        it (None: no log to open, or the turn writes one anyway)."""
+        events = self._events
+        if events is None or control.logged:
+            return None
+        p = self._p
+
+        def open_log() -> tuple[Publisher, tuple[Message, ...]]:
+            return events().begin(control.run_id, p.id, p.state.owner), msgs or ()
+
+        return open_log
 
     def _new_turn(
         self, control: TurnControl, msgs: tuple[Message, ...], hold: LeaseHold | None,

@@ -12,7 +12,9 @@ starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then
 it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there;
 with ``LOUSHO_TEST_GO_FILE`` it goes on once that file exists, then prints
 ``{"end": ..., "result"|"error": ...}``; ``LOUSHO_TEST_LEASE_TTL_S`` sets its lease's TTL,
-``LOUSHO_TEST_HOST`` the host its lease owner names).
+``LOUSHO_TEST_HOST`` the host its lease owner names). With ``LOUSHO_TEST_DUMP_DIR`` every
+child writes the stacks of all its threads to ``MODE-PID.txt`` there every 25 s and on
+SIGUSR1 (a stopped child's at its SIGCONT): where a takeover that never comes waits.
 """
 
 from __future__ import annotations
@@ -95,6 +97,14 @@ def _out(value: Any) -> None:
 
 def main() -> None:
     mode, kind, root, sid, *args = sys.argv[1:]
+    if os.environ.get("LOUSHO_TEST_DUMP_DIR"):  # where a hang shows (see the module)
+        import faulthandler
+        import signal
+
+        dump = open(  # noqa: SIM115 - open for the process's life
+            Path(os.environ["LOUSHO_TEST_DUMP_DIR"]) / f"{mode}-{os.getpid()}.txt", "w")
+        faulthandler.dump_traceback_later(25, repeat=True, file=dump)
+        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
     store = make_store(kind, Path(root))
     if mode == "attach":
         turn, after = args[0], int(args[1])

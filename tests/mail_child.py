@@ -10,8 +10,11 @@ and its first model call hangs (printing ``IN_CALL``) until it is aborted. ROLE
 ``queue``/``steer``/``rollback`` sends ``"B"`` under that policy; ROLE ``abort`` calls
 ``abort_turn()``; ROLE ``attachabort`` attaches to the running turn and calls
 ``run.abort()``; ROLE ``keyqueue`` sends ``"B"`` under ``"queue"`` with the
-idempotency key ``"req-1"``. Each prints ``ready``, waits for a line on stdin, then prints one JSON
-line.
+idempotency key ``"req-1"`` (``keyrollback``: under ``"rollback"``; it prints ``FOUND``
+when it meets the running turn of its key); ROLE ``keyowner`` sends ``"A"`` with that key
+under ``"rollback"``, and its ``hold`` returns when a line comes on stdin; ROLE
+``streamqueue`` streams ``"B"`` under ``"queue"`` (its events are in the JSON line). Each
+prints ``ready``, waits for a line on stdin, then prints one JSON line.
 """
 
 from __future__ import annotations
@@ -55,12 +58,16 @@ def main() -> None:
         control = holder["session"]._state.current.control  # the running turn's control
         control.signal.add_callback(control.offered.set)  # wake on an abort too
         print("IN_TOOL", flush=True)
-        control.offered.wait(WAIT_S)
+        if role == "keyowner":
+            sys.stdin.readline()
+        else:
+            control.offered.wait(WAIT_S)
         return "held"
 
     def answer(request: ModelRequest) -> Step | str:
         msgs = list(request.messages)
-        if msgs[-1].role == "user" and msgs[-1].text == "A" and role in ("owner", "startowner"):
+        if msgs[-1].role == "user" and msgs[-1].text == "A" \
+                and role in ("owner", "startowner", "keyowner"):
             return Step(tool_calls=[("hold", {})])
         return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
 
@@ -84,8 +91,22 @@ def main() -> None:
         mailbox.post_input = post_input  # type: ignore[assignment]
         mailbox.post_abort = post_abort  # type: ignore[assignment]
     policy = role if role in ("queue", "steer", "rollback") else "wait"
-    if role == "keyqueue":
+    if role in ("keyqueue", "streamqueue"):
         policy = "queue"
+    if role in ("keyrollback", "keyowner"):
+        policy = "rollback"
+    if role == "keyrollback":  # say when the running turn of its key is met
+        import lousho_sync.turns as turns
+
+        found_turn = turns.keyed_turn
+
+        def keyed_turn(*args: Any) -> Any:
+            head = found_turn(*args)
+            if head is not None:
+                print("FOUND", flush=True)
+            return head
+
+        turns.keyed_turn = keyed_turn  # type: ignore[assignment]
     if ":" in role:
         policy = "rollback" if role.startswith("rollback:") else "queue"
     script = [Step(text="never", gate=_Announced())] if role == "steerowner" else []
@@ -102,17 +123,26 @@ def main() -> None:
         run.abort("stop it")
         print(json.dumps({"finish": run.result(timeout=WAIT_S).finish_reason}), flush=True)
         return
+    events: list[dict[str, Any]] = []
     if role == "startowner":
         r = session.start("A").result()
+    elif role == "streamqueue":
+        run = session.stream("B")
+        events = [{"type": e.type, "run_id": e.run_id, "seq": e.seq,
+                   "text": getattr(e, "text", None),
+                   "input": [m.text for m in getattr(e, "input", ())]} for e in run]
+        r = run.result()
     elif ":" in role:
         r = session.send(role.partition(":")[2])
-    elif role == "keyqueue":
+    elif role in ("keyqueue", "keyrollback"):
         r = session.send("B", idempotency_key="req-1")
+    elif role == "keyowner":
+        r = session.send("A", idempotency_key="req-1")
     else:
         r = session.send("A" if role.endswith("owner") else "B")
     print(json.dumps({"text": r.text, "finish": r.finish_reason, "run_id": r.run_id,
                       "joined": r.joined, "replayed": r.replayed,
-                      "messages": [m.text for m in r.messages]}),
+                      "messages": [m.text for m in r.messages], "events": events}),
           flush=True)
 
 

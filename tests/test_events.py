@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -442,12 +443,6 @@ def lose_the_lease_and_take_over(kind: str, root: Path, *, host: str | None = No
     reader's.)"""
     go = root / "go-on"
     env = {"LOUSHO_TEST_LEASE_TTL_S": "2", "LOUSHO_TEST_GO_FILE": str(go)}
-    if kind == "postgres":  # a stopped client's open transaction keeps its row locks until
-        # the server ends it: the deployment's idle_in_transaction_session_timeout does
-        url = os.environ["LOUSHO_TEST_POSTGRES_URL"]
-        env["LOUSHO_TEST_POSTGRES_URL"] = (
-            f"{url}{'&' if '?' in url else '?'}"
-            "options=-c%20idle_in_transaction_session_timeout%3D2000")
     if host is not None:
         env["LOUSHO_TEST_HOST"] = host
     driver = child("drive", kind, str(root), "s1", ANSWER, "40", "12", **env)
@@ -497,21 +492,14 @@ def _taken_over_once(kind: str, root: Path, lines: list[dict[str, Any]]) -> None
     assert session.pending() is None and session.current_turn() is None
 
 
-# A known defect, kept visible: the reader's takeover of a SIGSTOPped driver's turn sometimes
-# never comes on SQLite and PostgreSQL (the reader waits out CHILD_TIMEOUT; about 1 run in 4
-# on a 2-core host). The likely cause, not yet proven: a driver stopped inside a write
-# transaction keeps the SQLite write lock (PostgreSQL: its row locks, until
-# idle_in_transaction_session_timeout ends a session idle in one) for as long as it is
-# stopped. Redis holds no lock across a stopped client. A killed driver's turn is taken over
-# on every store (test_a_reader_takes_over_a_turn_whose_driver_was_killed).
-_STOPPED_HOLDS_LOCKS = pytest.mark.xfail(
-    reason="a driver stopped inside a write transaction blocks the takeover", strict=False)
-
-
-@pytest.mark.parametrize("kind", [
-    pytest.param("sqlite", marks=_STOPPED_HOLDS_LOCKS), "redis",
-    pytest.param("postgres", marks=_STOPPED_HOLDS_LOCKS),
-    pytest.param("encrypted-sqlite", marks=_STOPPED_HOLDS_LOCKS)], indirect=True)
+# A driver stopped (SIGSTOP) in the middle of a store write must hold nothing a takeover
+# needs: SQLite's write lock is the file's, and PostgreSQL keeps the rows of a transaction
+# whose client stopped mid-way locked (a pipeline mid-way is not even "idle in
+# transaction"). The event log's writes are one statement each on both (and PostgresStore
+# has the server end a session idle in a transaction). Redis holds no lock across a
+# stopped client.
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres", "encrypted-sqlite"],
+                         indirect=True)
 def test_a_reader_takes_over_a_turn_whose_driver_was_stopped_past_its_lease(
     kind: str, tmp_path: Path
 ) -> None:
@@ -528,6 +516,35 @@ def test_a_reader_takes_over_a_turn_whose_lease_owner_on_another_host_stopped_re
 ) -> None:
     _, lines = lose_the_lease_and_take_over("sqlite", tmp_path, host="another-host")
     _taken_over_once("sqlite", tmp_path, lines)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"], indirect=True)
+def test_current_turn_says_interrupted_once_a_stopped_drivers_lease_lapsed(
+    kind: str, tmp_path: Path
+) -> None:
+    """A driver alive on this host but stopped past its lease (TTL 2 s): the turn is
+    "interrupted" as soon as the lease lapsed, not only once the process is gone."""
+    driver = child("drive", kind, str(tmp_path), "s1", ANSWER, "40", "12",
+                   LOUSHO_TEST_LEASE_TTL_S="2")
+    try:
+        turn = driver.line()["turn"]
+        while driver.line()["type"] != "text.delta":
+            pass  # the turn holds its lease and wrote events
+        other = create_agent(provider=ScriptedProvider(default="x"), store=make_store(
+            kind, tmp_path)).session(id="s1", lease_ttl_s=2.0)  # the TTL the driver uses
+        info = other.current_turn()
+        assert info is not None and (info.turn_id, info.status) == (turn, "running")
+        os.kill(driver.proc.pid, signal.SIGSTOP)
+        # nothing says when a lease lapses but its clock: ask until it has (the driver
+        # stays stopped, so "running" can only turn into "interrupted")
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while (info := other.current_turn()) is not None and info.status == "running":
+            assert time.monotonic() < deadline, "the stopped driver's lease never lapsed"
+            threading.Event().wait(0.05)
+        assert info is not None and (info.turn_id, info.status) == (turn, "interrupted")
+        assert info.owner.split(":")[1] == str(driver.proc.pid)  # alive, but stopped
+    finally:
+        driver.kill()
 
 
 def test_lousho_aio_start_attach_and_current_turn() -> None:

@@ -17,7 +17,7 @@ from conftest import CHILD_TIMEOUT, read_line
 from crash_child import make_store
 
 from lousho_sync import ModelRequest, ScriptedProvider, Step, create_agent, tool
-from lousho_sync._mailbox import mail_key, post_input, register
+from lousho_sync._mailbox import mail_key, post_abort, post_input, register
 from lousho_sync.control import TurnControl
 from lousho_sync.messages import Message
 from lousho_sync.stores._lease import HOST, make_owner
@@ -94,6 +94,27 @@ def test_queue_from_another_process_joins_the_running_turn(kind: str, tmp_path: 
     assert b["joined"] is True and b["run_id"] == a["run_id"] and b["text"] == a["text"]
     assert b["messages"] == a["messages"]
     # one turn: B's message after the step's tool result, then the answer that saw it
+    assert _messages(kind, tmp_path) == [("user", "A"), ("assistant", ""), ("tool", "held"),
+                                         ("user", "B"), ("assistant", "saw: A,B")]
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_stream_that_joins_another_process_turn_yields_it_from_the_join_on(
+    kind: str, tmp_path: Path
+) -> None:
+    # A's turn is a plain send() (it writes no event log of its own): B's stream reads it
+    # from B's input on, as that turn's events, to its end
+    a, b = _with_owner("streamqueue", kind, tmp_path)
+    assert b["joined"] is True and b["run_id"] == a["run_id"] and b["text"] == a["text"]
+    events = b["events"]
+    types = [e["type"] for e in events]
+    assert types[0] == "input.queued" and events[0]["input"] == ["B"]
+    assert types[1] == "input.applied" and events[1]["input"] == ["B"]
+    assert types[-1] == "run.done" and "step.start" in types and "usage" in types
+    assert "".join(e["text"] for e in events if e["type"] == "text.delta") == "saw: A,B"
+    assert {e["run_id"] for e in events} == {a["run_id"]}
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs))
     assert _messages(kind, tmp_path) == [("user", "A"), ("assistant", ""), ("tool", "held"),
                                          ("user", "B"), ("assistant", "saw: A,B")]
 
@@ -449,3 +470,84 @@ def test_a_keyed_queue_call_joins_and_its_retry_replays_that_turn(
     assert c["text"] == b["text"] == a["text"] == "saw: A,B"
     assert _messages(kind, tmp_path) == [("user", "A"), ("assistant", ""), ("tool", "held"),
                                          ("user", "B"), ("assistant", "saw: A,B")]
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_keyed_rollback_drops_the_turn_and_its_retry_replays(
+    kind: str, tmp_path: Path
+) -> None:
+    a, b = _with_owner("keyrollback", kind, tmp_path)
+    assert a["finish"] == "aborted"
+    assert b["text"] == "saw: B" and b["joined"] is False and b["replayed"] is False
+    retry = _spawn("keyrollback", kind, tmp_path)  # the same key again, after the commit
+    try:
+        _go(retry)
+        c = _result(retry)
+    finally:
+        if retry.poll() is None:
+            retry.kill()
+    assert c["replayed"] is True and c["run_id"] == b["run_id"] and c["text"] == "saw: B"
+    assert _messages(kind, tmp_path) == [("user", "B"), ("assistant", "saw: B")]
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_keyed_rollback_retry_never_drops_the_turn_of_its_key(
+    kind: str, tmp_path: Path
+) -> None:
+    owner = _owner_in_tool(kind, tmp_path, "keyowner")  # runs the turn of "req-1"
+    procs = [owner]
+    try:
+        procs.append(_spawn("keyrollback", kind, tmp_path))  # a retry of "req-1"
+        _go(procs[1])
+        assert read_line(procs[1]) == "FOUND"  # it met the running turn of its key
+        _go(owner)  # the turn's tool returns
+        a, b = _result(owner), _result(procs[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert a["finish"] == "stop" and a["text"] == "saw: A" and a["replayed"] is False
+    assert b["replayed"] is True and b["run_id"] == a["run_id"] and b["text"] == "saw: A"
+    assert _messages(kind, tmp_path) == [("user", "A"), ("assistant", ""), ("tool", "held"),
+                                         ("assistant", "saw: A")]
+
+
+def test_an_abort_naming_a_key_spares_the_turn_that_took_that_key() -> None:
+    ops = memory_store().sessions.mail_ops()
+    control = TurnControl()
+    control.keys.add("req-1")  # the turn's own input claims it
+    post_abort(ops, "s", "mine", None, "req-1")  # a keyed rollback's retry: not this turn
+    post_abort(ops, "s", "other", None, "req-2")  # another request's rollback
+    unregister = register(ops, "s", control)
+    try:
+        assert control.signal.wait(CHILD_TIMEOUT)
+    finally:
+        unregister()
+    assert control.signal.reason == "other"  # taken in order: the first one spared it
+    assert ops.line("s") == []  # both were taken and dropped
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files", "redis", "postgres", "encrypted-sqlite"],
+                         indirect=True)
+def test_prune_drops_mail_older_than_its_bound(kind: str, tmp_path: Path) -> None:
+    from lousho_sync.stores._mail import MAIL_TTL_S
+
+    if kind == "files":
+        from lousho_sync.stores.files import FileStore
+
+        store: Any = FileStore(tmp_path)
+    else:
+        store = make_store(kind, tmp_path)
+    try:
+        ops = store.sessions.mail_ops()
+        # an abort no turn took, long ago, and input a poster waits with now
+        post_abort_at = time.time() - MAIL_TTL_S - 60
+        ops.post("s", mail_key(), "abort", json.dumps({"reason": None}), post_abort_at)
+        fresh = mail_key()
+        post_input(ops, "s", (Message("user", "B"),), steer=False, mail_id=fresh,
+                   poster=make_owner())
+        assert store.prune(7 * 86400).mails == 1
+        assert [m.mail_id for m in ops.line("s")] == [fresh]
+        assert store.prune(7 * 86400).mails == 0
+    finally:
+        _close(store)

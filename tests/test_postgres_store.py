@@ -536,3 +536,34 @@ def test_a_process_that_never_closes_its_store_exits_without_waiting_on_the_pool
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() in ("[]", "None")
     assert "couldn't stop thread" not in done.stderr, done.stderr
+
+
+def test_a_dropped_store_is_collected_and_its_listening_thread_ends(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    """The store's LISTEN thread (event-log readers and mailbox owners wait on it) holds the
+    store weakly: a store dropped without ``close()`` is collected, and the thread ends."""
+    import gc
+    import weakref
+
+    from lousho_sync.postgres import PostgresStore
+
+    before = set(threading.enumerate())
+    store = PostgresStore(postgres_url, schema=postgres_schema)
+    session = create_agent(provider=ScriptedProvider(default="ok"), store=store).session(
+        id="dropped")
+    assert session.send("hi").text == "ok"  # its turn's mailbox watcher subscribed
+    store.sessions.event_ops().wait("no-such-turn", -1, 0.01)  # an event-log reader did
+    listening = [t for t in threading.enumerate()
+                 if t not in before and t.name.startswith("lousho-listen")]
+    watchers = [t for t in threading.enumerate()
+                if t not in before and t.name == "lousho-mailbox"]
+    assert len(listening) == 1
+    dropped, its_db = weakref.ref(store), weakref.ref(store._db)
+    del store, session
+    for t in watchers:  # a watcher ends a while after its last turn
+        t.join(TIMEOUT)
+    gc.collect()
+    assert dropped() is None and its_db() is None  # (its pool closed by its finaliser)
+    listening[0].join(TIMEOUT)
+    assert not listening[0].is_alive()

@@ -49,6 +49,13 @@ Conn = psycopg.Connection[Any]
 
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+IDLE_IN_TRANSACTION_S = 10.0
+"""The server ends a session of this store's that sits this long inside a transaction
+(``idle_in_transaction_session_timeout``, unless the conninfo's ``options`` set it): a
+transaction of the store never waits for anything but its own statements, so one that
+does belongs to a client stopped (SIGSTOP) or hung in it, and its row locks would keep a
+takeover of its turn waiting. The call of a client that goes on is made again (see
+:meth:`Db.run`)."""
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
 """Pauses between attempts of a call whose connection was lost (then 1 s each), within the
 call's ``pool_timeout_s``."""
@@ -141,6 +148,10 @@ class Db(Backend):
         password = params.get("password")
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
         params.setdefault("application_name", "lousho")
+        options = str(params.get("options") or "")
+        if "idle_in_transaction_session_timeout" not in options:
+            params["options"] = (f"{options} -c idle_in_transaction_session_timeout="
+                                 f"{int(IDLE_IN_TRANSACTION_S * 1000)}").strip()
         self._conninfo = make_conninfo(**params)
         address = _address(params)
         super().__init__(f"in the PostgreSQL store at {address} (schema {schema!r})",

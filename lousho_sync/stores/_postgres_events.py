@@ -2,15 +2,17 @@
 ``lousho_events`` and heads in ``lousho_turns`` of the store's schema (created on first
 use; never WAL-logged, so never fsynced); every write ends with ``NOTIFY`` on the schema's
 channel, which the store's one listening connection (:mod:`._postgres_listen`) turns into
-wake-ups of its readers."""
+wake-ups of its readers. A write of several events is one row per 1,000
+(:func:`~._events.pack_rows`)."""
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ._events import TurnHead, TurnStatus
+from ._events import TurnHead, TurnStatus, pack_rows, unpack_rows
 from ._postgres_db import Conn, Db
 from ._postgres_listen import listener
 
@@ -57,6 +59,15 @@ _APPEND = (
     "AND r.seq > (SELECT coalesce(max(seq), -1) FROM {s}.lousho_events WHERE turn_id = "
     "%(t)s)) "
     "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
+)
+
+# A turn's log removed in one statement (none of the log's writes is a transaction a
+# client stopped in it could keep open with the rows locked); NOTIFY.
+_DROP = (
+    "WITH e AS (DELETE FROM {s}.lousho_events WHERE turn_id = %(t)s), "
+    "h AS (DELETE FROM {s}.lousho_turns WHERE turn_id = %(t)s), "
+    "l AS (DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %(t)s) "
+    "SELECT pg_notify(%(ch)s, '')"
 )
 
 
@@ -133,12 +144,14 @@ class PostgresEventOps:
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
+        packed = pack_rows(rows)  # one row per 1,000 events
+
         def fn(c: Conn) -> bool:
             row: Any = c.execute(self._db.q(_APPEND), {
                 "t": turn_id, "o": owner, "st": status, "end": ended_at, "n": len(rows),
                 "last": rows[-1][0] if rows else None,
-                "seqs": "{" + ",".join([str(seq) for seq, _ in rows]) + "}",
-                "rows": _array([text for _, text in rows]), "ch": self._channel}).fetchone()
+                "seqs": "{" + ",".join([str(seq) for seq, _ in packed]) + "}",
+                "rows": _array([text for _, text in packed]), "ch": self._channel}).fetchone()
             return bool(row[0])
 
         return self._run("write events", fn, write=True, one_statement=True)
@@ -162,13 +175,21 @@ class PostgresEventOps:
         rows: Any = self._run("read events", lambda c: c.execute(self._db.q(
             "SELECT seq, data FROM {s}.lousho_events WHERE turn_id = %s AND seq > %s "
             "ORDER BY seq LIMIT %s"), (turn_id, after, limit)).fetchall())
-        return [(int(s), str(d)) for s, d in rows]
+        return unpack_rows(rows, after)[:limit]
 
     def wait(self, turn_id: str, after: int, timeout: float) -> None:
         notes = listener(self._db)
         with self._cond:
             if self._unlisten is None:
-                self._unlisten = notes.subscribe(self._channel, lambda _: self._bump())
+                # held weakly: the listener's thread keeps no store alive
+                me = weakref.ref(self)
+
+                def bump(_: object) -> None:
+                    ops = me()
+                    if ops is not None:
+                        ops._bump()
+
+                self._unlisten = notes.subscribe(self._channel, bump)
             # without a listener (yet, or after a lost connection), poll
             listening = notes.listening(self._channel)
             self._cond.wait(timeout if listening else min(timeout, 0.01))
@@ -177,26 +198,22 @@ class PostgresEventOps:
         q = self._db.q
 
         def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s AND seq <= %s"),
-                      (turn_id, upto))
+            later = unpack_rows(c.execute(q(
+                "SELECT seq, data FROM {s}.lousho_events WHERE turn_id = %s AND seq > %s "
+                "ORDER BY seq"), (turn_id, upto)).fetchall(), upto)  # (a row may hold <= upto)
+            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s"), (turn_id,))
             with c.cursor() as cur:
                 cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s)"),
-                                [(turn_id, seq, text) for seq, text in rows])
-            c.execute(q("UPDATE {s}.lousho_turns SET nrows = (SELECT count(*) FROM "
-                        "{s}.lousho_events WHERE turn_id = %s) WHERE turn_id = %s"),
-                      (turn_id, turn_id))
+                                [(turn_id, seq, text) for seq, text in
+                                 [*pack_rows(rows), *(pack_rows(later) if later else [])]])
+            c.execute(q("UPDATE {s}.lousho_turns SET nrows = %s WHERE turn_id = %s"),
+                      (len(rows) + len(later), turn_id))
 
         self._run("bound a turn's event log", fn, write=True)
 
     def drop(self, turn_id: str) -> None:
-        q = self._db.q
-
-        def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s"), (turn_id,))
-            c.execute(q("DELETE FROM {s}.lousho_turns WHERE turn_id = %s"), (turn_id,))
-            c.execute(q("DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %s"), (turn_id,))
-
-        self._run("remove a turn's event log", fn, write=True)
+        self._run("remove a turn's event log", lambda c: c.execute(self._db.q(_DROP), {
+            "t": turn_id, "ch": self._channel}), write=True, one_statement=True)
 
     def ended_before(self, when: float) -> list[str]:
         rows: Any = self._run("list ended turns", lambda c: c.execute(self._db.q(

@@ -2,6 +2,12 @@
 mailbox: each subscribes a callback to a channel; the connection's thread calls it with the
 payload of each ``NOTIFY``, and with None once listening starts and after every reconnect
 (a notification sent while nobody listened is lost: the subscriber looks at everything).
+
+The listener holds its store's ``Db`` weakly: a store dropped without ``close()`` is
+collected (its pool closed by its finaliser), and the listening thread then ends within one
+poll, as it does after ``close()``. A subscriber's callback must not hold the store either
+(the event log's holds its ops weakly; the mailbox watcher's thread unsubscribes when it
+ends).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ class Listener:
     ``where``). Thread-safe: ``_lock`` guards the subscriptions and ``listening``."""
 
     def __init__(self, db: Any) -> None:
-        self._db = db
+        self._db: Callable[[], Any] = weakref.ref(db)
+        self._schema = str(db.schema)
+        self._where = str(db.where)
         self._lock = threading.Lock()
         self._subs: dict[str, list[Callable[[str | None], None]]] = {}
         self._listened: set[str] = set()  # on the current connection
@@ -40,7 +48,7 @@ class Listener:
             listened = channel in self._listened
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name=f"lousho-listen-{self._db.schema}")
+                                                name=f"lousho-listen-{self._schema}")
                 self._thread.start()
         if listened:  # it missed the None of the LISTEN
             fn(None)
@@ -65,14 +73,34 @@ class Listener:
             try:
                 fn(payload)
             except Exception:
-                _log.warning("a NOTIFY subscriber of %s failed", self._db.where, exc_info=True)
+                _log.warning("a NOTIFY subscriber of %s failed", self._where, exc_info=True)
+
+    def _open(self) -> bool:
+        """Whether the store is still there and not closed."""
+        db = self._db()
+        return db is not None and not db.closed
+
+    def _connect(self) -> Any:
+        db = self._db()
+        if db is None or db.closed:
+            return None
+        return db.connect()
 
     def _loop(self) -> None:
-        while not self._db.closed:
+        try:
+            self._listen()
+        finally:
+            with self._lock:
+                self._thread = None
+
+    def _listen(self) -> None:
+        while self._open():
             try:
-                conn = self._db.connect()
+                conn = self._connect()
+                if conn is None:
+                    return
                 try:
-                    while not self._db.closed:
+                    while self._open():
                         with self._lock:
                             new = [c for c in self._subs if c not in self._listened]
                         for channel in new:
@@ -87,7 +115,7 @@ class Listener:
                         self._listened.clear()
                     conn.close()
             except Exception:
-                _log.debug("the LISTEN connection of %s was lost; reconnecting", self._db.where,
+                _log.debug("the LISTEN connection of %s was lost; reconnecting", self._where,
                            exc_info=True)
                 time.sleep(_RETRY_S)
 

@@ -167,7 +167,10 @@ class StoreCapabilities:
 
     lease: bool = False
     """A per-session lease across processes whose every acquisition returns a new, greater
-    fence token: ``sessions.acquire_lease``/``renew_lease``/``release_lease``/``fence_token``."""
+    fence token: ``sessions.acquire_lease``/``renew_lease``/``release_lease``/``fence_token``.
+    (The file stores' lease is an OS file lock: it lapses when its holder's process dies,
+    never while that process is stopped, so no reader takes over a stopped driver's turn
+    there.)"""
     lease_query: bool = False
     """``sessions.lease_held(id)`` (:class:`LeaseQuery`): whether a live owner holds the
     lease now, a read that takes nothing."""
