@@ -1,7 +1,9 @@
 """lousho: agents whose conversations survive.
 
 The blocking core. ``SqliteStore`` lives in :mod:`lousho_sync.sqlite` and ``RedisStore`` in
-:mod:`lousho_sync.redis`; importing this package imports neither sqlite3 nor redis.
+:mod:`lousho_sync.redis`; importing this package imports neither sqlite3 nor redis, and
+neither requests (imported when the first HTTP provider is made) nor asyncio (when an async
+tool is first called).
 
 Logging: every record goes to the ``lousho_sync`` logger or a child named after its module
 (``lousho_sync.executor`` for turns, steps, tool calls and checkpoint writes at DEBUG, with

@@ -16,7 +16,8 @@ turn with K is waited for) finds the sealed message in the transcript and return
 turn's result rebuilt from the store (``result.replayed``). A seal older than the TTL is
 ignored: the key is free again. Compaction carries the seals of the turns it summarises,
 still within the TTL, on its summary message (:func:`carry`), so a key is not free again
-after compaction; a seal past its TTL is dropped there.
+after compaction; a seal past its TTL is dropped there. A store's ``prune()`` removes the
+seals past the TTL (and the claims of their turns) from the transcripts (:func:`expire`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from .errors import InvalidInputError
 from .messages import Message, Usage
 from .results import ExecutionResult
 
-__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "carry", "check_key", "claim", "claims", "find",
-           "seal"]
+__all__ = ["DEFAULT_TTL_S", "EXTRA", "MAX_KEY", "carry", "check_key", "claim", "claims",
+           "expire", "find", "seal"]
 
 EXTRA = "lousho_idempotency"
 MAX_KEY = 200
@@ -175,3 +176,42 @@ def find(
             exceeded=end.get("exceeded"), replayed=True,
         )
     return None
+
+
+def _unstamp(m: Message) -> Message:
+    return attrs.evolve(m, extra={k: v for k, v in m.extra.items() if k != EXTRA})
+
+
+def expire(
+    messages: Sequence[Message], ttl_s: float, *, now: float | None = None
+) -> list[Message] | None:
+    """``messages`` without the keys past ``ttl_s`` — each expired seal, with the claims of
+    its turn, and the expired entries a compaction summary carries — or None when there is
+    none (they count as free already: this only frees their space)."""
+    cutoff = (time.time() if now is None else now) - ttl_s
+    out = list(messages)
+    changed = False
+    for i, m in enumerate(out):
+        stamp = m.extra.get(EXTRA) if m.extra else None
+        if not isinstance(stamp, Mapping):
+            continue
+        if "end" in stamp:
+            if _fresh(stamp.get("at"), cutoff):
+                continue
+            try:
+                count = int(stamp["end"]["count"])
+            except (KeyError, TypeError, ValueError):
+                count = 1
+            for j in range(max(0, i + 1 - count), i + 1):
+                if out[j].extra and EXTRA in out[j].extra:
+                    out[j] = _unstamp(out[j])
+                    changed = True
+        elif "carried" in stamp:
+            carried = stamp.get("carried") or ()
+            kept = [c for c in carried if isinstance(c, Mapping) and _fresh(c.get("at"), cutoff)]
+            if len(kept) != len(carried):
+                rest = {k: v for k, v in stamp.items() if k != "carried"}
+                left = {**rest, "carried": kept} if kept else rest
+                out[i] = _stamp(m, left) if left else _unstamp(m)
+                changed = True
+    return out if changed else None

@@ -19,7 +19,6 @@ Thread-safe: ``_lock`` guards the idle-worker count; each call has its own :clas
 from __future__ import annotations
 
 import _thread
-import asyncio
 import contextvars
 import os
 import queue
@@ -27,9 +26,12 @@ import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import CancelledError
 from concurrent.futures import Future as ConcurrentFuture
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .signal import Signal
+
+if TYPE_CHECKING:  # asyncio (and ssl with it) is imported when an async tool is called
+    import asyncio
 
 __all__ = ["Outcome", "call_async", "call_sync", "tool_loop", "use_loop_for_tools"]
 
@@ -162,6 +164,8 @@ def call_async(
     timeout_s: float | None,
 ) -> Outcome:
     """Run ``fn(**kwargs)`` on ``loop``; an abort or ``timeout_s`` cancels it."""
+    import asyncio
+
     done = threading.Event()
     try:
         fut: ConcurrentFuture[Any] = asyncio.run_coroutine_threadsafe(fn(**kwargs), loop)

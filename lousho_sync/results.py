@@ -53,11 +53,15 @@ class PendingTurn:
 
 @attrs.frozen(slots=True)
 class PruneResult:
-    """How many sessions, checkpoints and approvals ``prune()`` deleted."""
+    """How many sessions, checkpoints and approvals ``prune()`` deleted, how many mails it
+    dropped from the session mailbox and how many transcripts it rewrote without their
+    expired idempotency keys."""
 
     sessions: int = 0
     checkpoints: int = 0
     approvals: int = 0
+    mails: int = 0
+    keys: int = 0
 
 
 @attrs.frozen(slots=True, kw_only=True)

@@ -62,6 +62,74 @@ def _bytecode_for_child_processes() -> None:
 _bytecode_for_child_processes()
 
 
+# --- the suite in parallel (pytest-xdist) ----------------------------------------------------
+# setup.cfg passes ``--numprocesses=auto --dist=load``: many tests wait (servers, leases,
+# timeouts), so worker processes run tests side by side, one per core. Each worker is a
+# process with its own session fixtures: its own redis-server and its own throwaway
+# PostgreSQL (below), so a test that stops, restarts or cuts the connections of its server
+# disturbs no other worker's test. A server named by LOUSHO_TEST_REDIS_URL or
+# LOUSHO_TEST_POSTGRES_URL would be shared by every worker: then ``-n auto`` runs the
+# suite in this one process. ``-n0`` always does; ``-p no:xdist`` too.
+
+SHARED_SERVER_VARS = ("LOUSHO_TEST_REDIS_URL", "LOUSHO_TEST_POSTGRES_URL")
+
+
+def _shared_servers() -> list[str]:
+    return [name for name in SHARED_SERVER_VARS if os.environ.get(name)]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` starts: none (this process runs the suite) when a
+    server every worker would share is named, else one per usable core. (Not more: the CLI
+    and multi-process tests start many child Pythons, which compute; at two per core on a
+    busy 2-core host, tests of a dozen CLI runs went past their 120 s timeout. ``-n 4``
+    asks for more.)"""
+    if _shared_servers():
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return cores or os.cpu_count() or 1
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist (not installed, or ``-p no:xdist``), accept setup.cfg's
+    ``--numprocesses`` and ``--dist`` and run the suite in this process."""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("lousho", "lousho without pytest-xdist")
+    group.addoption("--numprocesses", dest="numprocesses", default=0,
+                    help="ignored: pytest-xdist is not loaded (pip install pytest-xdist)")
+    group.addoption("--dist", dest="dist", default="no",
+                    help="ignored: pytest-xdist is not loaded")
+    group.addoption("--maxschedchunk", dest="maxschedchunk", default=None,
+                    help="ignored: pytest-xdist is not loaded")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _distributed(config):
+        shared = _shared_servers()
+        if shared:
+            return (f"lousho: one process: {' and '.join(shared)} set, and worker processes "
+                    "would share that server (unset to run in parallel, each worker with "
+                    "servers of its own)")
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the ``stress`` tests (kill storms, chaos soaks, crash series: the
+    longest) come first, the rest in their usual order: workers take the next test as they
+    finish one (``--maxschedchunk=1``), so the longest start first, and none of them starts
+    while the other workers are running out of tests. Every worker sorts the same way."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: item.get_closest_marker("stress") is None)  # stable
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """Whether this run hands its tests to xdist workers."""
+    return config.pluginmanager.has_plugin("xdist") and \
+        str(getattr(config.option, "dist", "no")) != "no"
+
+
 def wait(event: threading.Event, what: str = "event") -> None:
     """Wait for ``event`` or fail the test."""
     assert event.wait(WAIT), f"timed out waiting for {what}"
@@ -108,8 +176,9 @@ def _no_redis(reason: str) -> NoReturn:
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """A Redis URL: ``LOUSHO_TEST_REDIS_URL`` when set (CI starts a server), otherwise a
-    ``redis-server`` started here on a free loopback port for the session. Without either
+    """A Redis URL: ``LOUSHO_TEST_REDIS_URL`` when set (a server of yours; ``-n auto`` then
+    runs the suite in one process), otherwise a ``redis-server`` started here on a free
+    loopback port for the session (of this worker process). Without either
     (or without redis-py) the Redis tests are skipped, unless ``CI`` is set: then they fail."""
     try:
         import redis  # noqa: F401
@@ -211,7 +280,7 @@ def _as_server_owner(command: list[str]) -> list[str]:
 
 @contextlib.contextmanager
 def throwaway_postgres(bin_dir: str) -> Iterator[tuple[str, str]]:
-    """A PostgreSQL server of our own, as ``.ci/run`` starts one: ``initdb`` in a temporary
+    """A PostgreSQL server of our own (one per worker process): ``initdb`` in a temporary
     directory (trust authentication), listening on a free port of 127.0.0.1 only, its unix
     socket in that directory; stopped and removed afterwards. Yields its URL and the
     ``pg_ctl -D ...`` command that controls it."""
@@ -259,12 +328,12 @@ def throwaway_postgres(bin_dir: str) -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A PostgreSQL URL: ``LOUSHO_TEST_POSTGRES_URL`` when set (``.ci/run`` starts a server
-    and sets it), otherwise a throwaway server started here for the session when
-    PostgreSQL's binaries are installed (``LOUSHO_TEST_POSTGRES_CTL`` then names it, so
-    that the restart test may restart it). Without either (or without psycopg) the
-    PostgreSQL tests are skipped, saying how to run them, unless ``CI`` is set: then they
-    fail."""
+    """A PostgreSQL URL: ``LOUSHO_TEST_POSTGRES_URL`` when set (a server of yours; ``-n
+    auto`` then runs the suite in one process), otherwise a throwaway server started here
+    for the session (of this worker process) when PostgreSQL's binaries are installed
+    (``LOUSHO_TEST_POSTGRES_CTL`` then names it, so that the restart test may restart it).
+    Without either (or without psycopg) the PostgreSQL tests are skipped, saying how to run
+    them, unless ``CI`` is set: then they fail."""
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401

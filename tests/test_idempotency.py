@@ -12,7 +12,9 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 from conftest import STORE_KINDS, read_line, run_together
 from crash_child import make_store
@@ -473,3 +475,63 @@ def test_a_keyed_rollback_retry_in_this_process_never_drops_its_key_turn(
     assert first[0].finish_reason == "stop"  # type: ignore[attr-defined]
     assert retry.result().replayed is True and _same(retry.result(), first[0])
     assert prov.calls == 2
+
+
+PRUNE_KINDS = ["sqlite", "files", "redis", "postgres", "encrypted-sqlite"]
+"""The stores that declare ``prune`` (``files``: a ``FileStore``)."""
+
+
+def _prunable(kind: str, root: Path) -> object:
+    if kind == "files":
+        from lousho_sync.stores.files import FileStore
+
+        return FileStore(root)
+    return make_store(kind, root)
+
+
+@pytest.mark.parametrize("kind", PRUNE_KINDS, indirect=True)
+def test_prune_removes_the_keys_past_their_ttl_and_keeps_the_others(
+    kind: str, tmp_path: Path
+) -> None:
+    import time
+
+    from lousho_sync import _idempotency as idem
+
+    store = _prunable(kind, tmp_path)
+    try:
+        s = create_agent(provider=ScriptedProvider(default=echo), store=store).session(id="u1")
+        first = s.send("old", idempotency_key="k-old")
+        s.send("new", idempotency_key="k-new")
+        # the first turn was committed two days ago (its seal says when)
+        sessions: Any = store.sessions  # type: ignore[attr-defined]
+        stored_msgs = sessions.load("u1")
+        seal = dict(stored_msgs[1].extra[idem.EXTRA], at=time.time() - 2 * 86400)
+        stored_msgs[1] = attrs.evolve(stored_msgs[1],
+                                      extra={**stored_msgs[1].extra, idem.EXTRA: seal})
+        sessions.save("u1", stored_msgs)
+        result = store.prune(7 * 86400)  # type: ignore[attr-defined]  # keys past 24 h
+        assert result.keys == 1 and result.sessions == 0
+        kept = store.sessions.load("u1")  # type: ignore[attr-defined]
+        assert [idem.EXTRA in m.extra for m in kept] == [False, False, True, True]
+        assert texts(kept) == ["user:old", "assistant:re: old", "user:new", "assistant:re: new"]
+        stored = create_agent(provider=ScriptedProvider(default=echo), store=store).session(
+            id="u1")
+        assert stored.send("new", idempotency_key="k-new").replayed is True  # still used
+        again = stored.send("old", idempotency_key="k-old")  # free: a new turn
+        assert again.replayed is False and again.run_id != first.run_id
+        assert texts(stored.messages)[-2:] == ["user:old", "assistant:re: old"]
+        assert store.prune(7 * 86400).keys == 0  # nothing past the default 24 h
+    finally:
+        getattr(store, "close", lambda: None)()
+
+
+def test_prune_refuses_a_bad_key_ttl_before_deleting_anything(tmp_path: Path) -> None:
+    from lousho_sync import ConfigError
+
+    store = SqliteStore(tmp_path / "a.db")
+    s = create_agent(provider=ScriptedProvider(default=echo), store=store).session(id="u1")
+    s.send("hi", idempotency_key="k")
+    for bad in (0, -1.0, True, "1d"):
+        with pytest.raises(ConfigError, match="idempotency_ttl_s"):
+            store.prune(0, idempotency_ttl_s=bad)  # type: ignore[arg-type]
+    assert texts(store.sessions.load("u1") or []) == ["user:hi", "assistant:re: hi"]

@@ -45,7 +45,7 @@ LAYERS: list[set[str]] = [
      "lousho_sync.stores._sqlite_mail", "lousho_sync.stores._file_mail",
      "lousho_sync.stores._redis_mail", "lousho_sync.stores._postgres_mail",
      "lousho_sync.stores._memory_mail",
-     "lousho_sync._mailbox"},
+     "lousho_sync._mailbox", "lousho_sync.stores._key_expiry"},
     {"lousho_sync.stores._sqlite_ops", "lousho_sync.stores._postgres_ops",
      "lousho_sync.stores._redis_ops", "lousho_sync.stores._memory_ops",
      "lousho_sync.stores.storage"},

@@ -525,3 +525,29 @@ def test_an_abort_naming_a_key_spares_the_turn_that_took_that_key() -> None:
         unregister()
     assert control.signal.reason == "other"  # taken in order: the first one spared it
     assert ops.line("s") == []  # both were taken and dropped
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "files", "redis", "postgres", "encrypted-sqlite"],
+                         indirect=True)
+def test_prune_drops_mail_older_than_its_bound(kind: str, tmp_path: Path) -> None:
+    from lousho_sync.stores._mail import MAIL_TTL_S
+
+    if kind == "files":
+        from lousho_sync.stores.files import FileStore
+
+        store: Any = FileStore(tmp_path)
+    else:
+        store = make_store(kind, tmp_path)
+    try:
+        ops = store.sessions.mail_ops()
+        # an abort no turn took, long ago, and input a poster waits with now
+        post_abort_at = time.time() - MAIL_TTL_S - 60
+        ops.post("s", mail_key(), "abort", json.dumps({"reason": None}), post_abort_at)
+        fresh = mail_key()
+        post_input(ops, "s", (Message("user", "B"),), steer=False, mail_id=fresh,
+                   poster=make_owner())
+        assert store.prune(7 * 86400).mails == 1
+        assert [m.mail_id for m in ops.line("s")] == [fresh]
+        assert store.prune(7 * 86400).mails == 0
+    finally:
+        _close(store)

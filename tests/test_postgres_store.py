@@ -4,7 +4,7 @@ creating the schema at once, a dropped connection, and a server restarted mid-ru
 
 Runs on the server of the ``postgres_url`` fixture (skipped with the reason when there is
 none; failing under ``CI``). The restart test restarts the server only when
-``LOUSHO_TEST_POSTGRES_CTL`` says how (``.ci/run`` sets it for the server it started)."""
+``LOUSHO_TEST_POSTGRES_CTL`` says how (tests/conftest.py sets it for the server it starts)."""
 
 from __future__ import annotations
 
@@ -340,7 +340,7 @@ def _restart_command() -> list[str]:
     ctl = os.environ.get("LOUSHO_TEST_POSTGRES_CTL")
     if not ctl:
         pytest.skip("LOUSHO_TEST_POSTGRES_CTL is not set: this test restarts the server only "
-                    "when told how (.ci/run sets it for the server it starts)")
+                    "when told how (tests/conftest.py sets it for the server it starts)")
     command = [*shlex.split(ctl), "restart", "-m", "fast", "-w", "-t", "60"]
     if os.geteuid() == 0:  # pg_ctl refuses root: run it as the server's owner
         command = ["runuser", "-u", "postgres", "--", *command]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -666,3 +668,20 @@ def test_a_refused_connection_leaves_the_key_nowhere_in_the_error(
         provider.complete(request(), signal=signal())
     assert info.value.retryable
     _assert_key_unreachable(info.value)
+
+
+def test_requests_and_asyncio_are_imported_when_first_needed() -> None:
+    """``import lousho_sync`` (and the CLI's module) does not import requests or asyncio: a
+    process that never calls a model over HTTP or runs an async tool (a CLI command on a
+    store, a worker on a scripted model) starts without them; making a provider imports
+    requests."""
+    code = (
+        "import sys, lousho_sync, lousho_sync.cli\n"
+        "print(sorted(m for m in ('requests', 'urllib3', 'asyncio', 'ssl') if m in sys.modules))\n"
+        "lousho_sync.OpenAIProvider('gpt-4o-mini', api_key='sk-test-123456789')\n"
+        "print('requests' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from lousho_sync import ScriptedProvider, Step, ToolCall, Usage, create_agent, tool
 from lousho_sync.events import RunDone, RunEvent, RunStart, StepStart, TextDelta
@@ -48,7 +50,8 @@ def node() -> str:
     lock = json.loads((NODE_DIR / "package-lock.json").read_text())
     wanted = lock["packages"]["node_modules/ai"]["version"]
     installed = NODE_DIR / "node_modules" / "ai" / "package.json"
-    with _install_lock:
+    # one install at a time: in this process, and in the suite's other worker processes
+    with _install_lock, FileLock(os.path.join(tempfile.gettempdir(), "lousho-test-npm.lock")):
         if not installed.exists() or json.loads(installed.read_text())["version"] != wanted:
             done = subprocess.run([npm_bin, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
                                   capture_output=True, text=True, timeout=600)

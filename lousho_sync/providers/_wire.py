@@ -1,16 +1,22 @@
 """What the HTTP providers share: construction (the key, the URL, the pooled client), the
 two calls of the :class:`~lousho_sync.providers.base.Provider` protocol, ``close()`` and the
-context manager. A wire API adds only its request body and its response parsers."""
+context manager. A wire API adds only its request body and its response parsers.
+
+``requests`` (and with it urllib3, http.client, ssl) is imported when the first provider is
+made, not when lousho is: a process that never calls a model over HTTP (a CLI command on a
+store, a worker on a scripted model) does not pay for it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ProviderError
 from ..signal import Signal
-from ._http import Body, HeaderAuth, HttpClient, checked_secret, safe_url
 from .base import ModelDone, ModelEvent, ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    from ._http import Body
 
 __all__ = ["HttpProvider"]
 
@@ -41,6 +47,8 @@ class HttpProvider:
         max_retries: int,
         backoff_s: float,
     ) -> None:
+        from ._http import HeaderAuth, HttpClient, checked_secret
+
         secret = checked_secret(type(self).__name__, model, api_key, key_env, key_hint)
         self.model = model
         self.max_retries = max_retries
@@ -97,6 +105,8 @@ class HttpProvider:
         self.close()
 
     def __repr__(self) -> str:
+        from ._http import safe_url
+
         return f"{type(self).__name__}(model={self.model!r}, base_url={safe_url(self.base_url)!r})"
 
     # --- what a wire API provides ---------------------------------------------------------

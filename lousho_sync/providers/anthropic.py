@@ -12,13 +12,16 @@ import base64
 import json
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import FilePart, ImagePart, Message, Part, TextPart
-from ._http import Body, ResponseBuilder
+from ._builder import ResponseBuilder
 from ._wire import HttpProvider
 from .base import ModelDone, ModelEvent, ModelRequest
+
+if TYPE_CHECKING:  # requests is imported when a provider is made (see _wire)
+    from ._http import Body
 
 __all__ = ["AnthropicProvider"]
 

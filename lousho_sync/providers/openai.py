@@ -12,13 +12,16 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
 from ..messages import FilePart, ImagePart, Message, TextPart
-from ._http import Body, ResponseBuilder
+from ._builder import ResponseBuilder
 from ._wire import HttpProvider
 from .base import ModelDone, ModelEvent, ModelRequest
+
+if TYPE_CHECKING:  # requests is imported when a provider is made (see _wire)
+    from ._http import Body
 
 __all__ = ["OpenAIProvider"]
 

@@ -105,5 +105,22 @@ class FileMailOps:
                 except OSError as exc:
                     raise self._fail("drop a mail", exc) from exc
 
+    def prune(self, before: float) -> int:
+        count = 0
+        for n in self._names():
+            if not n.endswith((".mail", ".taken")):
+                continue
+            m = self._read(self._dir / n, 0)
+            if m is not None and m.posted_at >= before:
+                continue
+            try:
+                os.unlink(self._dir / n)
+            except FileNotFoundError:
+                continue  # taken (renamed) or dropped meanwhile: another look next time
+            except OSError as exc:
+                raise self._fail("prune the mailbox", exc) from exc
+            count += 1
+        return count
+
     def version(self) -> int:
         return hash(frozenset(n for n in self._names() if n.endswith(".mail")))

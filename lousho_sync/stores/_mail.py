@@ -15,6 +15,7 @@ the turn policies (``"wait"``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -22,7 +23,14 @@ import attrs
 
 from .base import capabilities_of
 
-__all__ = ["HasMailbox", "Mail", "MailOps", "MailPush", "Wake", "mail_ops_of"]
+__all__ = ["MAIL_TTL_S", "HasMailbox", "Mail", "MailOps", "MailPush", "Wake", "mail_ops_of",
+           "prune_mail"]
+
+MAIL_TTL_S = 600.0
+"""How long a store keeps a mail at most: ``prune()`` drops older ones (seconds). Nothing
+waits for mail that old: an abort is only applied to a turn that started before it was
+posted (within a second), a poster that waited 60 s no longer holds the line, and a poster
+whose mail is gone reads what became of its input from the transcript as before."""
 
 Wake = Callable[[str | None], None]
 """Called with the session id of a mail just posted (None: mail may have been missed, look
@@ -68,6 +76,11 @@ class MailOps(Protocol):
         :meth:`take`: the check a polling owner makes at its wake-ups, nearly free."""
         ...
 
+    def prune(self, before: float) -> int:
+        """Drop every mail posted before ``before`` (a Unix time), taken or not; how many
+        (optional for a custom mailbox: :func:`prune_mail` skips one without it)."""
+        ...
+
 
 @runtime_checkable
 class MailPush(Protocol):
@@ -89,6 +102,16 @@ class HasMailbox(Protocol):
     def mail_ops(self) -> MailOps:
         """The store's mailbox primitives."""
         ...
+
+
+def prune_mail(ops: MailOps | None, ttl_s: float = MAIL_TTL_S) -> int:
+    """Drop the mail of ``ops`` posted more than ``ttl_s`` ago (what every store's
+    ``prune()`` does); how many."""
+    prune = getattr(ops, "prune", None)
+    if prune is None:
+        return 0
+    count: int = prune(time.time() - ttl_s)
+    return count
 
 
 def mail_ops_of(store: object) -> MailOps | None:

@@ -52,6 +52,12 @@ class MemoryMailOps:
         with self._lock:
             self._mail = [(m, t) for m, t in self._mail if m.mail_id != mail_id]
 
+    def prune(self, before: float) -> int:
+        with self._lock:
+            kept = [(m, t) for m, t in self._mail if m.posted_at >= before]
+            count, self._mail = len(self._mail) - len(kept), kept
+            return count
+
     def version(self) -> int:
         with self._lock:
             return self._version

@@ -2,7 +2,8 @@
 ``lousho_events`` and heads in ``lousho_turns`` of the store's schema (created on first
 use; never WAL-logged, so never fsynced); every write ends with ``NOTIFY`` on the schema's
 channel, which the store's one listening connection (:mod:`._postgres_listen`) turns into
-wake-ups of its readers."""
+wake-ups of its readers. A write of several events is one row per 1,000
+(:func:`~._events.pack_rows`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ._events import TurnHead, TurnStatus
+from ._events import TurnHead, TurnStatus, pack_rows, unpack_rows
 from ._postgres_db import Conn, Db
 from ._postgres_listen import listener
 
@@ -143,12 +144,14 @@ class PostgresEventOps:
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
+        packed = pack_rows(rows)  # one row per 1,000 events
+
         def fn(c: Conn) -> bool:
             row: Any = c.execute(self._db.q(_APPEND), {
                 "t": turn_id, "o": owner, "st": status, "end": ended_at, "n": len(rows),
                 "last": rows[-1][0] if rows else None,
-                "seqs": "{" + ",".join([str(seq) for seq, _ in rows]) + "}",
-                "rows": _array([text for _, text in rows]), "ch": self._channel}).fetchone()
+                "seqs": "{" + ",".join([str(seq) for seq, _ in packed]) + "}",
+                "rows": _array([text for _, text in packed]), "ch": self._channel}).fetchone()
             return bool(row[0])
 
         return self._run("write events", fn, write=True, one_statement=True)
@@ -172,7 +175,7 @@ class PostgresEventOps:
         rows: Any = self._run("read events", lambda c: c.execute(self._db.q(
             "SELECT seq, data FROM {s}.lousho_events WHERE turn_id = %s AND seq > %s "
             "ORDER BY seq LIMIT %s"), (turn_id, after, limit)).fetchall())
-        return [(int(s), str(d)) for s, d in rows]
+        return unpack_rows(rows, after)[:limit]
 
     def wait(self, turn_id: str, after: int, timeout: float) -> None:
         notes = listener(self._db)
@@ -195,14 +198,16 @@ class PostgresEventOps:
         q = self._db.q
 
         def fn(c: Conn) -> None:
-            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s AND seq <= %s"),
-                      (turn_id, upto))
+            later = unpack_rows(c.execute(q(
+                "SELECT seq, data FROM {s}.lousho_events WHERE turn_id = %s AND seq > %s "
+                "ORDER BY seq"), (turn_id, upto)).fetchall(), upto)  # (a row may hold <= upto)
+            c.execute(q("DELETE FROM {s}.lousho_events WHERE turn_id = %s"), (turn_id,))
             with c.cursor() as cur:
                 cur.executemany(q("INSERT INTO {s}.lousho_events VALUES (%s, %s, %s)"),
-                                [(turn_id, seq, text) for seq, text in rows])
-            c.execute(q("UPDATE {s}.lousho_turns SET nrows = (SELECT count(*) FROM "
-                        "{s}.lousho_events WHERE turn_id = %s) WHERE turn_id = %s"),
-                      (turn_id, turn_id))
+                                [(turn_id, seq, text) for seq, text in
+                                 [*pack_rows(rows), *(pack_rows(later) if later else [])]])
+            c.execute(q("UPDATE {s}.lousho_turns SET nrows = %s WHERE turn_id = %s"),
+                      (len(rows) + len(later), turn_id))
 
         self._run("bound a turn's event log", fn, write=True)
 

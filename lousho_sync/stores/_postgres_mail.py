@@ -83,6 +83,11 @@ class PostgresMailOps:
         self._run("drop a mail", lambda c: c.execute(self._db.q(
             "DELETE FROM {s}.lousho_mail WHERE mail_id = %s"), (mail_id,)))
 
+    def prune(self, before: float) -> int:
+        cur: Any = self._run("prune the mailbox", lambda c: c.execute(self._db.q(
+            "DELETE FROM {s}.lousho_mail WHERE posted_at < %s"), (before,)))
+        return int(cur.rowcount)
+
     def version(self) -> int:
         # the newest committed mail (the sequence would move before its row is visible)
         row: Any = self._run("poll the mailbox", lambda c: c.execute(self._db.q(

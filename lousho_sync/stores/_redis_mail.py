@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from ._mail import Mail, Wake
@@ -98,6 +99,27 @@ class RedisMailOps:
         keys = self._keys(session_id)
         self._c.run("drop a mail", lambda r: self._drop(keys, [mail_id], r), session_id)
 
+    def prune(self, before: float) -> int:
+        c = self._c
+        pattern = c.key("mail-line:") + "*"
+        lines: Any = c.run("list the mailboxes", lambda r: list(r.scan_iter(match=pattern,
+                                                                             count=500)))
+        count = 0
+        start = len(c.key("mail-line:"))
+        for line in lines:
+            sid = as_str(line)[start:]
+            key = c.key("mail-entries:", sid)
+            entries: Any = c.run("read a session's mailbox", partial(_hgetall, key), sid)
+            for mail_id, raw in entries.items():
+                try:
+                    old = float(json.loads(as_str(raw))["posted_at"]) < before
+                except (ValueError, KeyError, TypeError):
+                    old = True  # unreadable: nothing can use it
+                if old:
+                    self.drop(as_str(mail_id), sid)
+                    count += 1
+        return count
+
     def version(self) -> int:
         raw = self._c.run("poll the mailbox", lambda r: r.get(self._c.key("mail-version")))
         return 0 if raw is None else int(as_str(raw))
@@ -134,6 +156,10 @@ class RedisMailOps:
                     last = as_str(entry_id)
                     sid = fields.get(b"s", fields.get("s"))
                     wake(None if sid is None else as_str(sid))
+
+
+def _hgetall(key: str, r: Any) -> Any:
+    return r.hgetall(key)
 
 
 def _mail(raw: Any, seq: int) -> Mail:

@@ -70,6 +70,10 @@ class SealedMailOps:
     def version(self) -> int:
         return self._inner.version()
 
+    def prune(self, before: float) -> int:
+        prune = getattr(self._inner, "prune", None)
+        return 0 if prune is None else int(prune(before))
+
 
 class SealedPushMailOps(SealedMailOps):
     """:class:`SealedMailOps` over primitives that wake the owner (``MailPush``)."""

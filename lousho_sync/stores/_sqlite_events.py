@@ -3,10 +3,7 @@
 another process wakes by polling ``PRAGMA data_version``, one in this process by a
 condition variable.
 
-A write of several events is one row per 1,000 (inserting a row costs about a microsecond,
-a turn's batch of 1,000 text deltas a millisecond): its ``seq`` is its last event's, its
-``data`` the flat JSON array ``[seq, event, seq, event, ...]``; a lone event is its own
-row (an event's JSON is an object; a sealed one is base64: neither starts with ``[``)."""
+A write of several events is one row per 1,000 (:func:`~._events.pack_rows`)."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ._events import TurnHead, TurnStatus
+from ._events import TurnHead, TurnStatus, pack_rows, unpack_rows
 from ._sqlite_db import Conn, Db
 
 __all__ = ["SqliteEventOps"]
@@ -48,39 +45,6 @@ _TABLES = (
     " ended_at = NEW.ended_at, nrows = nrows + NEW.n WHERE turn_id = NEW.turn_id;"
     " END",
 )
-_BATCH = 1000
-
-
-def _packed(rows: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The stored rows of ``rows``: a lone event as it is, several by 1,000 to a row."""
-    if len(rows) == 1 and not rows[0][1].startswith("["):
-        return list(rows)
-    out = []
-    for i in range(0, len(rows), _BATCH):
-        chunk = rows[i:i + _BATCH]
-        out.append((chunk[-1][0], json.dumps([x for row in chunk for x in row],
-                                             ensure_ascii=False, separators=(",", ":"))))
-    return out
-
-
-def _unpacked(stored: Sequence[tuple[Any, Any]], after: int) -> list[tuple[int, str]]:
-    """The events of stored rows with seq > ``after``, each seq once, in order."""
-    out: list[tuple[int, str]] = []
-    last = after
-    for seq, data in stored:
-        text = str(data)
-        if text.startswith("["):
-            flat = json.loads(text)
-            for i in range(0, len(flat), 2):
-                if flat[i] > last:
-                    last = flat[i]
-                    out.append((int(flat[i]), str(flat[i + 1])))
-        elif int(seq) > last:
-            last = int(seq)
-            out.append((last, text))
-    return out
-
-
 _HEAD = ("SELECT turn_id, session_id, owner, started_at, last_seq, status, ended_at, nrows "
          "FROM lousho_turns WHERE turn_id = ?")
 
@@ -141,7 +105,7 @@ class SqliteEventOps:
         # could write until it went on. Inside one statement no Python runs (the GIL is
         # not handed over mid-write), which keeps that window to the statement itself.
         params = (turn_id, owner,
-                  json.dumps(_packed(rows), ensure_ascii=False, separators=(",", ":")),
+                  json.dumps(pack_rows(rows), ensure_ascii=False, separators=(",", ":")),
                   rows[-1][0] if rows else None, len(rows), status, ended_at)
         errors = self._db.errors
 
@@ -175,7 +139,7 @@ class SqliteEventOps:
         rows: Any = self._run("read events", lambda c: c.execute(
             "SELECT seq, data FROM lousho_events WHERE turn_id = ? AND seq > ? ORDER BY seq "
             "LIMIT ?", (turn_id, after, limit)).fetchall())
-        return _unpacked(rows, after)[:limit]
+        return unpack_rows(rows, after)[:limit]
 
     def _version(self) -> int:
         row: Any = self._db.run("poll the event log",
@@ -202,13 +166,13 @@ class SqliteEventOps:
 
     def replace(self, turn_id: str, rows: Sequence[tuple[int, str]], upto: int) -> None:
         def fn(c: Conn) -> None:
-            later = _unpacked(c.execute(
+            later = unpack_rows(c.execute(
                 "SELECT seq, data FROM lousho_events WHERE turn_id = ? AND seq > ? ORDER BY "
                 "seq", (turn_id, upto)).fetchall(), upto)  # (a row may hold events <= upto)
             c.execute("DELETE FROM lousho_events WHERE turn_id = ?", (turn_id,))
             c.executemany("INSERT INTO lousho_events VALUES (?, ?, ?)",
                           [(turn_id, seq, text) for seq, text in
-                           [*_packed(rows), *(_packed(later) if later else [])]])
+                           [*pack_rows(rows), *(pack_rows(later) if later else [])]])
             c.execute("UPDATE lousho_turns SET nrows = ? WHERE turn_id = ?",
                       (len(rows) + len(later), turn_id))
 

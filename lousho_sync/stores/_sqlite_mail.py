@@ -91,6 +91,11 @@ class SqliteMailOps:
         self._run("drop a mail", lambda c: c.execute(
             "DELETE FROM lousho_mail WHERE mail_id = ?", (mail_id,)), write=True)
 
+    def prune(self, before: float) -> int:
+        cur: Any = self._run("prune the mailbox", lambda c: c.execute(
+            "DELETE FROM lousho_mail WHERE posted_at < ?", (before,)), write=True)
+        return int(cur.rowcount)
+
     def version(self) -> int:
         row: Any = self._db.run("poll the mailbox",
                                 lambda c: c.execute("PRAGMA data_version").fetchone(),

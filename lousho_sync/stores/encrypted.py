@@ -66,6 +66,7 @@ from ..results import PruneResult
 from ._common import check_older_than
 from ._events import event_ops_of
 from ._expiry import expire_due
+from ._key_expiry import DEFAULT_KEY_TTL_S, check_key_ttl, drop_expired_keys
 from ._mail import mail_ops_of
 from ._sealed_events import SealedEventOps
 from ._sealed_mail import SealedMailOps, sealed_mail
@@ -504,14 +505,19 @@ class EncryptedStore(_Forwarding):
         )
 
     @_offered("prune")
-    def prune(self, older_than_s: float) -> PruneResult:
+    def prune(self, older_than_s: float, *,
+              idempotency_ttl_s: float = DEFAULT_KEY_TTL_S) -> PruneResult:
         """Deny the expired approvals (their expiry is sealed), then the inner store's
-        prune (it works on the plain times)."""
+        prune (it works on the plain times; it drops old mail), then remove the expired
+        idempotency keys from the transcripts (they are sealed: read and written here)."""
         check_older_than(older_than_s)
+        check_key_ttl(idempotency_ttl_s)
         if self.approvals is not None:
             expire_due(self.approvals)
-        result: PruneResult = self._inner.prune(older_than_s)
-        return result
+        result: PruneResult = self._inner.prune(older_than_s,
+                                                idempotency_ttl_s=idempotency_ttl_s)
+        keys = drop_expired_keys(self.sessions, idempotency_ttl_s)
+        return attrs.evolve(result, keys=result.keys + keys)
 
     @_offered("close")
     def close(self) -> None:

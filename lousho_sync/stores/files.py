@@ -38,6 +38,7 @@ from ._file_events import FileEventOps
 from ._file_layout import messages_json
 from ._file_lease import FileLeaseOps
 from ._file_mail import FileMailOps
+from ._key_expiry import DEFAULT_KEY_TTL_S, check_key_ttl, tidy
 from ._lease import make_owner
 from .base import StoreCapabilities
 from .storage import (
@@ -215,13 +216,19 @@ class FileStore:
         use) as written through it, and accept this object's use."""
         self._mark.mark()
 
-    def prune(self, older_than_s: float) -> PruneResult:
+    def prune(self, older_than_s: float, *,
+              idempotency_ttl_s: float = DEFAULT_KEY_TTL_S) -> PruneResult:
         """Delete sessions not updated within ``older_than_s`` seconds (their catalog
         ``updated_at``; transcript, history and metadata), checkpoints whose files were not
         modified that long and approvals resolved that long ago; pending approvals (with
         their session and the checkpoint of the turn they paused) are
-        kept. Returns the counts."""
+        kept. Returns the counts.
+        Then drops mail older than ``MAIL_TTL_S`` (600 s) from the session mailbox and the
+        idempotency keys older than ``idempotency_ttl_s`` (default 24 h; pass the largest
+        ``idempotency_ttl_s`` your sessions use) from the transcripts (``mails``,
+        ``keys``: the transcripts rewritten, which counts as their update)."""
         check_older_than(older_than_s)
+        check_key_ttl(idempotency_ttl_s)
         prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
@@ -268,7 +275,8 @@ class FileStore:
                     and record.resolved_at is not None and record.resolved_at < cutoff):
                 storage.delete(key)
                 approvals += 1
-        return PruneResult(sessions, checkpoints, approvals)
+        return tidy(PruneResult(sessions, checkpoints, approvals), self.sessions,
+                    idempotency_ttl_s)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r})"

@@ -94,6 +94,7 @@ from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest, fence_token_of
 from ._events import prune_events
 from ._expiry import expire_due
+from ._key_expiry import DEFAULT_KEY_TTL_S, check_key_ttl, tidy
 from ._postgres_db import SCHEMA_VERSION, Conn, Db
 from ._postgres_events import PostgresEventOps
 from ._postgres_mail import PostgresMailOps
@@ -551,12 +552,18 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
         """The PostgreSQL schema holding the store's tables."""
         return self._db.schema
 
-    def prune(self, older_than_s: float) -> PruneResult:
+    def prune(self, older_than_s: float, *,
+              idempotency_ttl_s: float = DEFAULT_KEY_TTL_S) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
         approvals resolved that long ago; pending approvals (with their session and the
         checkpoint of the turn they paused) and sessions under a live lease
-        are kept (and every session's fence token). Returns the counts."""
+        are kept (and every session's fence token). Returns the counts.
+        Then drops mail older than ``MAIL_TTL_S`` (600 s) from the session mailbox and the
+        idempotency keys older than ``idempotency_ttl_s`` (default 24 h; pass the largest
+        ``idempotency_ttl_s`` your sessions use) from the transcripts (``mails``,
+        ``keys``: the transcripts rewritten, which counts as their update)."""
         check_older_than(older_than_s)
+        check_key_ttl(idempotency_ttl_s)
         prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         db = self._db
@@ -585,7 +592,8 @@ class PostgresStore(CommitRules, LeaseForwarding, Closing):
                     (cutoff,)).rowcount
             return PruneResult(0 if row is None else int(row[0]), checkpoints, approvals)
 
-        return db.run("prune", delete_old)
+        result: PruneResult = db.run("prune", delete_old)
+        return tidy(result, self.sessions, idempotency_ttl_s)
 
     def mark_encrypted(self) -> None:
         """Called by EncryptedStore: mark the schema (its ``encrypted`` table, at the next

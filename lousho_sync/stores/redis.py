@@ -107,6 +107,7 @@ from ._engine.commits import AppendRules, CommitRules
 from ._engine.leases import LeaseRules, check_newest, fence_token_of
 from ._events import prune_events
 from ._expiry import expire_due
+from ._key_expiry import DEFAULT_KEY_TTL_S, check_key_ttl, tidy
 from ._redis_conn import LAYOUT_VERSION, Conn, as_str, decoded, ms
 from ._redis_events import RedisEventOps
 from ._redis_mail import RedisMailOps
@@ -496,13 +497,19 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
         """The prefix of every key this store writes."""
         return self._c.prefix
 
-    def prune(self, older_than_s: float) -> PruneResult:
+    def prune(self, older_than_s: float, *,
+              idempotency_ttl_s: float = DEFAULT_KEY_TTL_S) -> PruneResult:
         """Delete sessions and checkpoints not updated for ``older_than_s`` seconds and
         approvals resolved that long ago; pending approvals (with their session and the
         checkpoint of the turn they paused) and sessions under a live lease
         are kept. Returns the counts. Each batch re-checks its entries atomically, so a
-        session written meanwhile is kept."""
+        session written meanwhile is kept.
+        Then drops mail older than ``MAIL_TTL_S`` (600 s) from the session mailbox and the
+        idempotency keys older than ``idempotency_ttl_s`` (default 24 h; pass the largest
+        ``idempotency_ttl_s`` your sessions use) from the transcripts (``mails``,
+        ``keys``: the transcripts rewritten, which counts as their update)."""
         check_older_than(older_than_s)
+        check_key_ttl(idempotency_ttl_s)
         prune_events(self.sessions.event_ops())  # finished turns past event_ttl_s
         expire_due(self.approvals)
         cutoff = time.time() - older_than_s
@@ -544,7 +551,8 @@ class RedisStore(CommitRules, LeaseForwarding, Closing):
             [],
             lambda ids: [c.key("approval:", id) for id in ids],
         )
-        return PruneResult(sessions, checkpoints, approvals)
+        return tidy(PruneResult(sessions, checkpoints, approvals), self.sessions,
+                    idempotency_ttl_s)
 
     def _prune(
         self,
