@@ -414,23 +414,32 @@ def test_a_keyed_queue_call_joins_the_running_turn_and_a_retry_never_joins_twice
                                  "assistant:saw: A,B"]
 
 
-def test_a_keyed_rollback_in_this_process_drops_the_running_turn_and_replays_once(
-    tmp_path: Path,
-) -> None:
+def _held_rollback_session(
+    tmp_path: Path, prov: ScriptedProvider
+) -> tuple[Any, threading.Event, threading.Event]:
+    """A ``"rollback"`` session on SQLite whose ``held`` tool sets ``reached`` and waits
+    for ``gate``: (session, gate, reached)."""
     gate, reached = threading.Event(), threading.Event()
 
     @tool
     def held(amount: int) -> str:
-        """Hold until the turn is rolled back (or the gate opens)."""
+        """Hold until the gate opens (or the turn is rolled back)."""
         reached.set()
         gate.wait(60)
         return "held"
 
-    prov = ScriptedProvider([Step(tool_calls=(ToolCall("c1", "held", {"amount": 1}),))],
-                            default=echo)
     s = create_agent(provider=prov, tools=[held],
                      store=SqliteStore(tmp_path / "a.db")).session(id="u1",
                                                                   turn_policy="rollback")
+    return s, gate, reached
+
+
+def test_a_keyed_rollback_in_this_process_drops_the_running_turn_and_replays_once(
+    tmp_path: Path,
+) -> None:
+    prov = ScriptedProvider([Step(tool_calls=(ToolCall("c1", "held", {"amount": 1}),))],
+                            default=echo)
+    s, gate, reached = _held_rollback_session(tmp_path, prov)
     first: list[object] = []
     t = threading.Thread(target=lambda: first.append(s.send("A")))
     t.start()
@@ -448,20 +457,9 @@ def test_a_keyed_rollback_in_this_process_drops_the_running_turn_and_replays_onc
 def test_a_keyed_rollback_retry_in_this_process_never_drops_its_key_turn(
     tmp_path: Path,
 ) -> None:
-    gate, reached = threading.Event(), threading.Event()
-
-    @tool
-    def held(amount: int) -> str:
-        """Hold until the gate opens."""
-        reached.set()
-        gate.wait(60)
-        return "held"
-
     prov = ScriptedProvider([Step(tool_calls=(ToolCall("c1", "held", {"amount": 1}),)),
                              "done"], default="never")
-    s = create_agent(provider=prov, tools=[held],
-                     store=SqliteStore(tmp_path / "a.db")).session(id="u1",
-                                                                  turn_policy="rollback")
+    s, gate, reached = _held_rollback_session(tmp_path, prov)
     first: list[object] = []
     t = threading.Thread(target=lambda: first.append(s.send("A", idempotency_key="k")))
     t.start()

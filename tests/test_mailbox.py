@@ -56,6 +56,17 @@ def _owner_in_tool(kind: str, root: Path, role: str = "owner") -> subprocess.Pop
     return owner
 
 
+def _retry(role: str, kind: str, root: Path) -> Any:
+    """Run ``role`` once more in a child of its own, after the others ended: its result."""
+    retry = _spawn(role, kind, root)
+    try:
+        _go(retry)
+        return _result(retry)
+    finally:
+        if retry.poll() is None:
+            retry.kill()
+
+
 def _with_owner(role: str, kind: str, root: Path, owner: str = "owner") -> tuple[Any, Any]:
     """The results of an ``owner`` process held in its tool and of a ``role`` process
     released then (both killed when the test fails)."""
@@ -458,13 +469,7 @@ def test_a_keyed_queue_call_joins_and_its_retry_replays_that_turn(
     kind: str, tmp_path: Path
 ) -> None:
     a, b = _with_owner("keyqueue", kind, tmp_path)
-    retry = _spawn("keyqueue", kind, tmp_path)  # the same key again, after the commit
-    try:
-        _go(retry)
-        c = _result(retry)
-    finally:
-        if retry.poll() is None:
-            retry.kill()
+    c = _retry("keyqueue", kind, tmp_path)  # the same key again, after the commit
     assert b["joined"] is True and b["replayed"] is False and b["run_id"] == a["run_id"]
     assert c["replayed"] is True and c["joined"] is False and c["run_id"] == a["run_id"]
     assert c["text"] == b["text"] == a["text"] == "saw: A,B"
@@ -479,13 +484,7 @@ def test_a_keyed_rollback_drops_the_turn_and_its_retry_replays(
     a, b = _with_owner("keyrollback", kind, tmp_path)
     assert a["finish"] == "aborted"
     assert b["text"] == "saw: B" and b["joined"] is False and b["replayed"] is False
-    retry = _spawn("keyrollback", kind, tmp_path)  # the same key again, after the commit
-    try:
-        _go(retry)
-        c = _result(retry)
-    finally:
-        if retry.poll() is None:
-            retry.kill()
+    c = _retry("keyrollback", kind, tmp_path)  # the same key again, after the commit
     assert c["replayed"] is True and c["run_id"] == b["run_id"] and c["text"] == "saw: B"
     assert _messages(kind, tmp_path) == [("user", "B"), ("assistant", "saw: B")]
 
