@@ -39,13 +39,13 @@ def is_session_id(id: object) -> bool:
 
 def validate_session_id(id: object) -> str:
     """``id`` if it matches ``^[A-Za-z0-9_-]{1,128}$``, else InvalidSessionIdError."""
-    if not is_session_id(id):
+    # is_session_id's test written out: every store write asks it, once per turn at least
+    if not isinstance(id, str) or _ID_RE.fullmatch(id) is None:
         raise InvalidSessionIdError(
             f"invalid session id {id!r}: it must match {SESSION_ID_RULE} (letters, digits, "
             "'_' and '-', 1 to 128 characters), because it becomes a file name or a key",
             session_id=id,
         )
-    assert isinstance(id, str)
     return id
 
 

@@ -301,25 +301,27 @@ class SessionTurn:
                 hold = st.hold(self._p.lease_ttl_s)
                 first: TurnState | None = None
                 try:
-                    if hold is not None and mail is not None and msgs is not None \
-                            and key is None and self._policy in ("queue", "steer", "rollback"):
-                        got, mail_id, msgs, attached = yield from self._through_mailbox(
-                            mail, hold, control, msgs, emit)
-                        key = mail_id
-                    elif hold is not None and mail is not None and msgs is not None \
-                            and key is not None \
+                    if hold is None:  # a store without a lease (this process only): taken
+                        got = True
+                    elif mail is not None and msgs is not None \
                             and self._policy in ("queue", "steer", "rollback"):
-                        got, mail_id, msgs, attached = yield from self._keyed_through_mailbox(
-                            mail, log, key, hold, control, msgs, emit)
-                        key = mail_id or key
-                    elif hold is not None and log is not None and self._wait:
+                        if key is None:
+                            got, mail_id, msgs, attached = yield from self._through_mailbox(
+                                mail, hold, control, msgs, emit)
+                            key = mail_id
+                        else:
+                            got, mail_id, msgs, attached = \
+                                yield from self._keyed_through_mailbox(
+                                    mail, log, key, hold, control, msgs, emit)
+                            key = mail_id or key
+                    elif log is not None and self._wait:
                         assert key is not None
                         got, attached = yield from self._lease_or_attach(log, key, hold,
                                                                          control, emit)
                     else:
                         first = (self._first_state(control, msgs)
                                  if key is None and self._p.saving is not None else None)
-                        got = hold is None or hold.acquire(
+                        got = hold.acquire(
                             wait=self._wait, signal=control.signal,
                             first=None if first is None or self._p.saving is None else
                             (self._p.saving, checkpoint_of(first, control, "running"),
@@ -341,9 +343,12 @@ class SessionTurn:
                                                        saved_first=True)
                     else:
                         st.sync()
+                        resumed = None
                         try:
-                            resumed = yield from self._finish_pending(control, hold,
-                                                                      last=msgs is None)
+                            cp = self._pending()
+                            if cp is not None:  # (no generator made in the common case)
+                                resumed = yield from self._finish_pending(
+                                    cp, control, hold, last=msgs is None)
                         except LoushoError as exc:
                             _about_pending(exc, own_input=msgs is not None)
                             raise
@@ -703,10 +708,10 @@ class SessionTurn:
         self, control: TurnControl, msgs: tuple[Message, ...], hold: LeaseHold | None,
         emit: bool,
     ) -> Generator[RunEvent, None, ExecutionResult]:
-        state = self._state(control, msgs)
-        result: ExecutionResult = yield from self._play(
-            control, state, self._approve, hold, emit=emit, resumed=False, last=True)
-        return result
+        """The play of ``msgs`` as a new turn after the cached transcript (the generator of
+        :meth:`_play` itself: no layer of its own)."""
+        return self._play(control, self._state(control, msgs), self._approve, hold, emit=emit,
+                          resumed=False, last=True)
 
     def _pending(self) -> Checkpoint | None:
         """The checkpoint of the turn that would start now, if one pends."""
@@ -718,13 +723,10 @@ class SessionTurn:
             raise p.unreadable(exc, key) from exc
 
     def _finish_pending(
-        self, control: TurnControl, hold: LeaseHold | None, *, last: bool
-    ) -> Generator[RunEvent, None, ExecutionResult | None]:
-        """Finish the pending turn, if any (its events yielded only with ``emit_pending``:
+        self, cp: Checkpoint, control: TurnControl, hold: LeaseHold | None, *, last: bool
+    ) -> Generator[RunEvent, None, ExecutionResult]:
+        """Finish the pending turn ``cp`` (its events yielded only with ``emit_pending``:
         a takeover of a detached turn, whose first event is ``step.reset``)."""
-        cp = self._pending()
-        if cp is None:
-            return None
         self._p.refuse_if_awaiting(cp)
         inner, state = resumed_turn(cp)
         unlink = link(control.signal, inner.abort)
@@ -876,7 +878,10 @@ def _quiet_drop(mail: MailOps | None, mail_id: str, session_id: str) -> None:
 
 def key_of(msgs: Sequence[Message] | None) -> str | None:
     """The idempotency key a turn's input claims (see :mod:`lousho_sync._idempotency`)."""
-    stamp = msgs[0].extra.get(idem.EXTRA) if msgs else None
+    extra = msgs[0].extra if msgs else None
+    if not extra:  # the common input: no extra fields, no stamp to look into
+        return None
+    stamp = extra.get(idem.EXTRA)
     key = stamp.get("key") if isinstance(stamp, Mapping) else None
     return key if isinstance(key, str) else None
 

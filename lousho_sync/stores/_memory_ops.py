@@ -74,7 +74,10 @@ class MemoryState:
 
     def extend(self, id: str, messages: Sequence[Message]) -> int:
         """Append to the transcript of ``id``: its new revision (call holding ``lock``)."""
-        self.transcripts.setdefault(id, []).extend(messages)
+        transcript = self.transcripts.get(id)
+        if transcript is None:
+            transcript = self.transcripts[id] = []
+        transcript.extend(messages)
         revision = self.revisions[id] = next(self.counter)
         self.touch(id)
         return revision
@@ -153,23 +156,24 @@ class MemoryCheckpoints(_Ops):
 
     def put(self, key: str, session_id: str | None, text: str, fenced_id: str | None, token: int,
             checkpoint: Checkpoint) -> int:
-        return self._write(key, text, fenced_id, token)
+        return self.keep(key, fenced_id, token, text)
 
-    def keep(self, key: str, fenced_id: str | None, token: int, checkpoint: Checkpoint) -> int:
-        return self._write(key, checkpoint, fenced_id, token)
-
-    def _write(self, key: str, value: Checkpoint | str, fenced_id: str | None, token: int) -> int:
-        with self.state.lock:
-            newest = self.state.refused(fenced_id, token) if token else 0
+    def keep(self, key: str, fenced_id: str | None, token: int,
+             checkpoint: Checkpoint | str) -> int:
+        # (also put's write of the text: the memory stores keep the object, once per step)
+        state = self.state
+        with state.lock:
+            newest = state.refused(fenced_id, token) if token else 0
             if not newest:
-                self.state.checkpoints[key] = value
+                state.checkpoints[key] = checkpoint
             return newest
 
     def drop(self, key: str, fenced_id: str | None, token: int) -> int:
-        with self.state.lock:
-            newest = self.state.refused(fenced_id, token) if token else 0
+        state = self.state
+        with state.lock:
+            newest = state.refused(fenced_id, token) if token else 0
             if not newest:
-                self.state.checkpoints.pop(key, None)
+                state.checkpoints.pop(key, None)
             return newest
 
     def keys(self, prefix: str) -> list[str]:
@@ -231,20 +235,22 @@ class MemoryCommits(_Ops):
         self.keeps_objects = keeps_objects
 
     def commit(self, op: CommitOp) -> object:
-        messages = (op.messages if self.keeps_objects or not op.texts
-                    else [loads_message(t) for t in op.texts])
+        id, texts, expected_length, checkpoint_key, token, release, messages = op  # read once
+        if texts and not self.keeps_objects:
+            messages = [loads_message(t) for t in texts]
         state = self.state
         with state.lock:
-            newest = state.refused(op.id, op.token) if op.token else 0
+            newest = state.refused(id, token) if token else 0
             if newest:
                 return Stale(newest)
-            actual = len(state.transcripts.get(op.id, ()))
-            if actual != op.expected_length:
+            actual = len(state.transcripts.get(id, ()))
+            if actual != expected_length:
                 return Conflict(actual)
-            revision = state.extend(op.id, messages) if messages else state.revisions.get(op.id)
-            if op.checkpoint_key is not None:
-                state.checkpoints.pop(op.checkpoint_key, None)
-            held = state.leases.get(op.id)
-            if op.release and held is not None and held.token == op.token:
-                del state.leases[op.id]
+            revision = state.extend(id, messages) if messages else state.revisions.get(id)
+            if checkpoint_key is not None:
+                state.checkpoints.pop(checkpoint_key, None)
+            if release:
+                held = state.leases.get(id)
+                if held is not None and held.token == token:
+                    del state.leases[id]
             return revision

@@ -83,6 +83,8 @@ class CheckpointRules:
         value: str | bytes | Checkpoint | None
         if getattr(self._ops, "keeps_objects", False):
             value = cast(ObjectCheckpointOps, self._ops).get_object(key)
+            if value is None:  # (asked before every session turn: mostly none pends)
+                return None
             if isinstance(value, Checkpoint):
                 return _unshared(value)
         else:
@@ -98,8 +100,8 @@ class CheckpointRules:
     def save(self, key: str, checkpoint: Checkpoint, *, fence: Fence | None = None) -> None:
         """Write (replace) the checkpoint. With ``fence``, LeaseLostError (nothing written)
         when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, checkpoint.session_id)
-        fenced_id = None if fence is None else fence.session_id
+        token, fenced_id = (0, None) if fence is None else (
+            fence_token_of(fence, checkpoint.session_id), fence.session_id)
         ops = self._ops
         if getattr(ops, "keeps_objects", False):  # no JSON (the memory store)
             newest = cast(ObjectCheckpointOps, ops).keep(key, fenced_id, token, checkpoint)
@@ -112,8 +114,8 @@ class CheckpointRules:
     def delete(self, key: str, *, fence: Fence | None = None) -> None:
         """Delete the checkpoint (no error when absent). With ``fence``, LeaseLostError
         (nothing deleted) when a newer lease token exists for the fence's session."""
-        token = fence_token_of(fence, None)
-        fenced_id = None if fence is None else fence.session_id
+        token, fenced_id = (0, None) if fence is None else (
+            fence_token_of(fence, None), fence.session_id)
         newest = self._ops.drop(key, fenced_id, token)
         if fenced_id is not None:
             check_newest(self._ops.backend, fenced_id, newest, token)
