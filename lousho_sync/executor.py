@@ -349,6 +349,17 @@ class Turn:
         alone is not progress)."""
         return any(m.role != "user" for m in self.state.recorded)
 
+    def _exceeded(
+        self, check: Callable[[Limits | None, Counters], str | None], used: Counters
+    ) -> str | None:
+        """The limit ``check`` finds reached by the turn's count ``used``, else by the
+        session's (its sum made only when the session has a budget: once per step)."""
+        exceeded = check(self.cfg.limits, used)
+        session = self.env.session_limits
+        if exceeded is None and session is not None:
+            exceeded = check(session, self.env.session_used + used)
+        return exceeded
+
     def _cost_required(self) -> bool:
         """Whether a cost limit is set (then every model call must have a known cost)."""
         limits, session = self.cfg.limits, self.env.session_limits
@@ -398,7 +409,7 @@ class Turn:
         return result
 
     def _steps(self) -> Generator[RunEvent, None, ExecutionResult]:
-        cfg, env, ctl, state = self.cfg, self.env, self.ctl, self.state
+        cfg, ctl, state = self.cfg, self.ctl, self.state
         used = self.counters()
         finish = "stop"
         while True:
@@ -420,9 +431,7 @@ class Turn:
             elif (recorded and recorded[-1].role == "assistant" and not recorded[-1].tool_calls
                   and ctl.close_if_idle()):  # the answer, and no input waits
                 return self.result(finish)
-            exceeded = _limit_model(cfg.limits, used) or _limit_model(
-                env.session_limits, env.session_used + used
-            )
+            exceeded = self._exceeded(_limit_model, used)
             if exceeded:
                 ctl.close()
                 return self.result("limit", exceeded=exceeded)
@@ -567,7 +576,7 @@ class Turn:
         """Run the step's unresolved calls in order: approvals (inline or by pausing),
         limits, the ``report`` rule for calls in doubt. Returns "paused", a limit name, or
         None."""
-        cfg, env, ctl, state = self.cfg, self.env, self.ctl, self.state
+        cfg, ctl, state = self.cfg, self.ctl, self.state
         decisions = self._decisions()
         paused = False
         asked: list[ApprovalRecord] = []
@@ -597,9 +606,7 @@ class Turn:
                     text = "denied by a human" + (f": {decision[1]}" if decision[1] else "")
                 yield from self.record(call, text, True)
                 continue
-            exceeded = _limit_tool(cfg.limits, used) or _limit_tool(
-                env.session_limits, env.session_used + used
-            )
+            exceeded = self._exceeded(_limit_tool, used)
             if exceeded:
                 self._skip(calls[index:], f"not run: the turn reached its limit {exceeded}")
                 self.save("running")
