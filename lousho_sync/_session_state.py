@@ -111,7 +111,8 @@ class SessionState:
         self.messages: list[Message] = []
         self.loaded = False
         self.revision: object = None
-        self.used = Counters()
+        self._used = Counters()
+        self._counted = 0  # ``_used`` counts messages[:_counted] (see ``used``)
         self.awaiting: str | None = None
         self.owner = make_owner()
         self.seq = itertools.count()
@@ -264,11 +265,26 @@ class SessionState:
             return self.revisioned.revision(self.id)
         return None
 
+    @property
+    def used(self) -> Counters:
+        """Steps, tool calls and usage of the cached transcript, for the session's budget.
+        Counted when read, from where the last count stopped: a session without a budget
+        never reads it, and its turns count nothing."""
+        with self.lock:
+            return self._count()
+
+    def _count(self) -> Counters:
+        # (holding ``lock``) the cache only grows between two replace()
+        if self._counted < len(self.messages):
+            self._used = self._used + counters(self.messages[self._counted:])
+            self._counted = len(self.messages)
+        return self._used
+
     def replace(self, messages: list[Message], revision: object) -> None:
         """Make ``messages`` the cached transcript."""
         with self.lock:
             self.messages = messages
-            self.used = counters(messages)
+            self._used, self._counted = Counters(), 0
             self.revision = revision
             self.loaded = True
             self.repaired = False
@@ -278,9 +294,10 @@ class SessionState:
         with self.lock:
             if history is self.messages:
                 self.messages.extend(new)
-            else:
+            else:  # (after another writer's turn): the count goes on from the cache's
+                used = self._count() + counters(new)
                 self.messages = [*history, *new]
-            self.used = self.used + counters(new)
+                self._used, self._counted = used, len(self.messages)
             self.revision = revision
 
     # --- listeners ---------------------------------------------------------------------------

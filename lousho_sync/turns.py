@@ -54,7 +54,7 @@ from .errors import (
 from .events import RunDone, RunEvent, RunFailed, RunStart
 from .executor import Turn, TurnAborted, TurnEnv, TurnWriter, checkpoint_of
 from .inputs import to_messages
-from .limits import Limits
+from .limits import Counters, Limits
 from .messages import Message, Usage
 from .providers.base import Provider
 from .records import Checkpoint, one_shot_key, session_key
@@ -103,6 +103,9 @@ _NOT_SENT = (
     "this error is about the session's pending turn, which this call was finishing first; "
     "this call's own input was not started and not stored: send it again"
 )
+_NOTHING_USED = Counters()
+"""A turn's session count when the session has no budget (nothing reads it then)."""
+
 _RESUME_HINT = (
     "the turn was kept: finish it with session.resume() (or the next send()), or drop it "
     "with session.discard_pending()"
@@ -759,7 +762,9 @@ class SessionTurn:
         writer = TurnWriter(p.turn_store, p.approvals, hold, fences=p.fences)
         writer.wrote = saved_first
         env = TurnEnv(writer=writer, approve=approve, session_limits=self._limits,
-                      session_used=st.used, durable=p.checkpoints is not None,
+                      # (read only against a budget: counted only then)
+                      session_used=st.used if self._limits is not None else _NOTHING_USED,
+                      durable=p.checkpoints is not None,
                       saved_first=saved_first)
         committer = p.committer if p.checkpoints is not None else None
 
