@@ -113,7 +113,10 @@ def _check_twin(sync_obj: object, aio_obj: object) -> None:
     public = [n for n in dir(sync_obj) if not n.startswith("_")]
     assert public
     for name in public:
-        assert hasattr(aio_obj, name), f"{aio_cls} lacks {name}"
+        # (looked up statically: ``metadata`` is a property whose value is a coroutine)
+        missing = object()
+        assert inspect.getattr_static(aio_obj, name, missing) is not missing, (
+            f"{aio_cls} lacks {name}")
         static = inspect.getattr_static(type(sync_obj), name, None)
         if inspect.isfunction(static):
             twin = inspect.getattr_static(type(aio_obj), name, None)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -446,14 +447,18 @@ def test_no_store_problem_shows_a_password(tmp_path: Path) -> None:
                   f"rediss://:{secret}@127.0.0.1:{port}/0",
                   f"postgresql://app:{secret}@127.0.0.1:{port}/db",
                   f"mysql://app:{secret}@127.0.0.1:{port}/db"]
-        for store in stores:
-            for args in (["sessions", "--store", store, "list"],
-                         ["sessions", "--store", store, "prune", "--older-than", "7d", "--yes"],
-                         ["chat", "--store", store]):
-                proc = lousho(*args, cwd=tmp_path)
-                line = problem(proc)
-                assert "Sup3rSecret" not in proc.stderr + proc.stdout, line
-                assert "in-it" not in line and f"127.0.0.1:{port}" in line
+        calls = [args for store in stores
+                 for args in (["sessions", "--store", store, "list"],
+                              ["sessions", "--store", store, "prune", "--older-than", "7d",
+                               "--yes"],
+                              ["chat", "--store", store])]
+        # side by side: each PostgreSQL call waits out the store's retry window (~5 s)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            procs = list(pool.map(lambda args: lousho(*args, cwd=tmp_path), calls))
+        for args, proc in zip(calls, procs, strict=True):
+            line = problem(proc)
+            assert "Sup3rSecret" not in proc.stderr + proc.stdout, (args, line)
+            assert "in-it" not in line and f"127.0.0.1:{port}" in line, (args, line)
 
 
 def read_only_command(directory: Path, args: list[str]) -> list[str]:

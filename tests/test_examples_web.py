@@ -298,13 +298,13 @@ class AppProcess:
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    self.stop()
+                    self.stop()  # (its output is kept: output() reads it after stop())
                     raise AssertionError(f"{name} never listened: {self.output()}") from None
                 time.sleep(0.05)
 
     def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        """What the app printed so far (also after :meth:`stop`)."""
+        return Path(self.log.name).read_text(errors="replace")
 
     def stop(self) -> None:
         self.proc.terminate()
