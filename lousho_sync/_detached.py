@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
 
 import attrs
 
 from ._eventlog import EventLog, Publisher, spawn
-from .errors import LoushoError, RunConsumedError, RunTimeoutError
+from .errors import LoushoError, RunConsumedError, RunTimeoutError, StoreUnavailableError
 from .events import Event, RunDone, RunEvent, RunFailed, StepReset, TextDelta
 from .inputs import InputLike
 from .results import ExecutionResult
@@ -276,6 +277,27 @@ def take_over(
                      daemon=True, name=f"lousho-takeover-{head.turn_id[:8]}").start()
 
 
+_BEGIN_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+"""The waits between tries of a takeover's first write to the log (the store may be away
+for a moment: a server restarting): about 3 s in all."""
+
+
+def _begin(log: EventLog, head: TurnHead, owner: str, seq: int) -> Publisher:
+    """The log of ``head``'s turn begun by ``owner`` after ``seq``, tried again while the
+    store is unreachable (:data:`_BEGIN_RETRY_S`)."""
+    for delay in (*_BEGIN_RETRY_S, None):
+        try:
+            return log.begin(head.turn_id, head.session_id, owner,
+                             started_at=head.started_at, last_seq=seq)
+        except StoreUnavailableError:
+            if delay is None:
+                raise
+            _log.info("the event log of turn %s cannot be written yet (the store is "
+                      "unreachable); trying again in %.2f s", head.turn_id, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _take_over(
     head: TurnHead,
     log: EventLog,
@@ -285,18 +307,13 @@ def _take_over(
 ) -> None:
     turn_id = head.turn_id
     publisher: Publisher | None = None
-    # the log may hold rows past its head's last_seq (a driver killed between the two
-    # writes of a store that cannot make them one): go on after the last row
-    beyond = log.ops.read(turn_id, head.last_seq, 1 << 30)
-    if beyond:
-        head = attrs.evolve(head, last_seq=beyond[-1][0])
+    gen: Generator[RunEvent, None, ExecutionResult | None] | None = None
     seq = head.last_seq
 
     def publish(event: RunEvent) -> None:
         nonlocal publisher, seq
         if publisher is None:  # this process holds the turn's lease now: the log is its
-            publisher = log.begin(turn_id, head.session_id, owner, started_at=head.started_at,
-                                  last_seq=seq)
+            publisher = _begin(log, head, owner, seq)
             # a driver that lost its lease (stopped past it) may have written rows up to
             # the begin, which refuses its later ones: go on after them
             written = log.ops.read(turn_id, seq, 1 << 30)
@@ -306,12 +323,19 @@ def _take_over(
         publisher.publish(attrs.evolve(event, run_id=turn_id, seq=seq))
 
     try:
+        # the log may hold rows past its head's last_seq (a driver killed between the two
+        # writes of a store that cannot make them one): go on after the last row
+        beyond = log.ops.read(turn_id, head.last_seq, 1 << 30)
+        if beyond:
+            head = attrs.evolve(head, last_seq=beyond[-1][0])
+        seq = head.last_seq
         gen = driver()
         try:
             while True:
                 publish(next(gen))
         except StopIteration as stop:
             result: ExecutionResult | None = stop.value
+        gen = None
         if result is None and publisher is None:
             now_head = log.head(turn_id)
             if now_head is None or now_head.ended_at is not None or now_head.owner != head.owner:
@@ -328,12 +352,41 @@ def _take_over(
         if result is not None:
             publish(RunDone(run_id=turn_id, seq=0, finish_reason=result.finish_reason,
                             result=result))
+    except StoreUnavailableError as exc:
+        if publisher is None:
+            # the store went away before this process could announce the takeover: the turn
+            # is left as it was, pending (an abandoned driver would count as aborted and
+            # drop it), for the next reader's takeover, send() or resume()
+            _log.warning("could not take over turn %s (%s); it stays pending", turn_id, exc)
+            if gen is not None:
+                _throw_quietly(gen, exc)
+        else:
+            _end_failed(turn_id, exc, publish)
     except BaseException as exc:
-        _log.warning("taking over turn %s failed", turn_id, exc_info=True)
-        publish(RunFailed(run_id=turn_id, seq=0, error=exc))
-        publish(RunDone(run_id=turn_id, seq=0, finish_reason="error", result=None))
+        _end_failed(turn_id, exc, publish)
     finally:
         if publisher is not None:
             publisher.close()
         with _running_lock:
             _taking.discard(turn_id)
+
+
+def _throw_quietly(gen: Generator[RunEvent, None, ExecutionResult | None],
+                   exc: BaseException) -> None:
+    """Hand ``exc`` to a suspended turn, which ends it as a failure (kept pending, its lease
+    released), and swallow what it raises."""
+    try:
+        gen.throw(exc)
+    except BaseException:  # the turn ends here, as it should (already logged)
+        pass
+
+
+def _end_failed(turn_id: str, exc: BaseException, publish: Callable[[RunEvent], None]) -> None:
+    """A takeover that failed: ``error`` and an error ``run.done`` to its readers."""
+    _log.warning("taking over turn %s failed", turn_id, exc_info=exc)
+    try:
+        publish(RunFailed(run_id=turn_id, seq=0, error=exc))
+        publish(RunDone(run_id=turn_id, seq=0, finish_reason="error", result=None))
+    except StoreUnavailableError:
+        _log.warning("could not write the end of turn %s to its event log: the store is "
+                     "unreachable", turn_id)

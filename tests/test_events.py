@@ -19,7 +19,7 @@ import attrs
 import pytest
 from conftest import CHILD_TIMEOUT, STORE_KINDS, wait
 from crash_child import make_store
-from events_child import GatedProvider
+from events_child import GatedProvider, line_of
 
 from lousho_sync import (
     InvalidInputError,
@@ -29,6 +29,7 @@ from lousho_sync import (
     StepReset,
     TextDelta,
     TurnNotFoundError,
+    _detached,
     create_agent,
     event_id,
     parse_event_id,
@@ -37,10 +38,12 @@ from lousho_sync._eventlog import EventLog
 from lousho_sync.errors import StoreUnavailableError
 from lousho_sync.sqlite import SqliteStore
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
+from lousho_sync.stores._sqlite_events import SqliteEventOps
 from lousho_sync.stores.base import StoreCapabilities
 
 HERE = Path(__file__).resolve().parent
 CROSS_PROCESS_KINDS = [*STORE_KINDS, "encrypted-sqlite"]
+WAIT_OUTAGE = CHILD_TIMEOUT  # (a takeover tries its first write ~3 s; readers try again)
 ANSWER = "The quick brown fox jumps over the lazy dog, again and again, until the end."
 
 
@@ -494,6 +497,85 @@ def _taken_over_once(kind: str, root: Path, lines: list[dict[str, Any]]) -> None
                            store=make_store(kind, root)).session(id="s1")
     assert [m.text for m in session.load()] == ["go", ANSWER]  # committed once
     assert session.pending() is None and session.current_turn() is None
+
+
+class _BeginOutage:
+    """SqliteEventOps.begin failing as an unreachable store's write does: the first
+    ``times`` calls (None: until :meth:`end`), each counted; the rest write."""
+
+    def __init__(self, times: int | None) -> None:
+        self.times = times
+        self.failed = 0
+        self.gave_up = threading.Event()  # one whole takeover's tries failed
+        self._real = SqliteEventOps.begin
+
+    def begin(self, ops: SqliteEventOps, head: Any) -> None:
+        if self.times is None or self.failed < self.times:
+            self.failed += 1
+            if self.failed % (len(_detached._BEGIN_RETRY_S) + 1) == 0:
+                self.gave_up.set()
+            raise StoreUnavailableError("the store is unreachable (a test's outage)")
+        self._real(ops, head)
+
+    def end(self) -> None:
+        self.times = self.failed
+
+    def install(self) -> Any:
+        """The function to put in place of SqliteEventOps.begin."""
+        return lambda ops, head: self.begin(ops, head)
+
+
+def _killed_mid_answer(root: Path) -> str:
+    """A SQLite driver process SIGKILLed after 12 of its 40 pieces: its turn id."""
+    driver = child("drive", "sqlite", str(root), "s1", ANSWER, "40", "12")
+    try:
+        turn: str = driver.line()["turn"]
+        seen: list[dict[str, Any]] = []
+        while sum(1 for e in seen if e["type"] == "text.delta") < 12:
+            seen.append(driver.line())
+    finally:
+        driver.kill()
+    return turn
+
+
+def test_a_takeover_whose_store_is_away_for_a_moment_tries_again_and_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn = _killed_mid_answer(tmp_path)
+    outage = _BeginOutage(times=2)
+    monkeypatch.setattr(SqliteEventOps, "begin", outage.install())
+    session = create_agent(provider=GatedProvider(ANSWER, 40, -1),
+                           store=make_store("sqlite", tmp_path)).session(id="s1")
+    events = [line_of(e) for e in session.attach(turn, after=-1)]
+    assert outage.failed == 2
+    lines = [*events, {"end": True, "result": ANSWER}]
+    _taken_over_once("sqlite", tmp_path, lines)
+
+
+def test_a_takeover_whose_store_stays_away_leaves_the_turn_pending_for_a_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn = _killed_mid_answer(tmp_path)
+    outage = _BeginOutage(times=None)
+    monkeypatch.setattr(SqliteEventOps, "begin", outage.install())
+    session = create_agent(provider=GatedProvider(ANSWER, 40, -1),
+                           store=make_store("sqlite", tmp_path)).session(id="s1")
+    read: list[Any] = []
+    reader = threading.Thread(target=lambda: read.extend(session.attach(turn, after=-1)),
+                              daemon=True)
+    reader.start()
+    assert outage.gave_up.wait(WAIT_OUTAGE)  # one takeover tried its every write, and gave up
+    for thread in threading.enumerate():  # and has ended
+        if thread.name == f"lousho-takeover-{turn[:8]}":
+            thread.join(WAIT_OUTAGE)
+    pending = session.pending()  # the turn is kept, not dropped as an aborted one
+    assert pending is not None and pending.status == "interrupted"
+    assert [m.text for m in session.load()] == []
+    outage.end()  # the store is back: the reader's next takeover finishes the turn
+    reader.join(WAIT_OUTAGE)
+    assert not reader.is_alive()
+    lines = [*(line_of(e) for e in read), {"end": True, "result": ANSWER}]
+    _taken_over_once("sqlite", tmp_path, lines)
 
 
 # A driver stopped (SIGSTOP) past its lease, between its writes: it must hold nothing a
