@@ -47,6 +47,7 @@ LAYERS: list[set[str]] = [
      "lousho_sync.stores._memory_mail",
      "lousho_sync._mailbox", "lousho_sync.stores._key_expiry"},
     {"lousho_sync.stores._sqlite_ops", "lousho_sync.stores._postgres_ops",
+     "lousho_sync.stores._postgres_rows",
      "lousho_sync.stores._redis_ops", "lousho_sync.stores._memory_ops",
      "lousho_sync.stores.storage"},
     {"lousho_sync.stores._file_layout", "lousho_sync.stores._file_lease"},

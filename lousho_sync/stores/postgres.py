@@ -71,7 +71,6 @@ from ..catalog import (
     SessionPage,
     check_list_args,
     check_metadata,
-    metadata_from_json,
     page_from,
 )
 from ..codec import dumps_message, loads_message, loads_message_texts
@@ -106,6 +105,7 @@ from ._postgres_ops import (
     PostgresLeases,
     locked_token,
 )
+from ._postgres_rows import INFO_COLUMNS, LOAD, LOAD_LEAN, decode_info, decode_transcript
 from .base import StoreCapabilities
 
 __all__ = [
@@ -118,17 +118,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_LOAD = (
-    "SELECT s.length, m.seq, m.json FROM {s}.sessions s LEFT JOIN {s}.messages m"
-    " ON m.session_key = s.key WHERE s.id = %s ORDER BY m.seq"
-)
-# The same rows with the length on the first message's row only (the others NULL: less
-# to fetch and convert); when they do not add up, ``_LOAD`` reads again to say what is wrong.
-_LOAD_LEAN = (
-    "SELECT CASE WHEN m.seq IS NULL OR m.seq = 0 THEN s.length END, m.seq, m.json"
-    " FROM {s}.sessions s LEFT JOIN {s}.messages m ON m.session_key = s.key WHERE s.id = %s"
-    " ORDER BY m.seq"
-)
 _INSERT_HISTORY = (
     "INSERT INTO {s}.history (session_key, seq, json) SELECT %s, (SELECT coalesce(max(seq)"
     " + 1, 0) FROM {s}.history WHERE session_key = %s) + t.o - 1, t.j"
@@ -140,7 +129,6 @@ _REPLACE = (
     " revision = x.revision + 1, op = excluded.op, updated_at = excluded.updated_at"
     " WHERE excluded.op IS NULL OR x.op IS DISTINCT FROM excluded.op RETURNING key"
 )
-_INFO_COLUMNS = "id, length, created_at, updated_at, metadata"
 
 
 def _fence(db: Db, c: Conn, id: str, token: int) -> None:
@@ -148,45 +136,6 @@ def _fence(db: Db, c: Conn, id: str, token: int) -> None:
     token newer than ``token`` (0: no fence, no lock) was handed out."""
     if token:
         check_newest(db, id, locked_token(db, c, id), token)
-
-
-def _decode(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
-    """The transcript of ``_LOAD``'s rows; StoreCorruptError naming no stored content."""
-    if not rows or (rows[0][0] == 0 and rows[0][1] is None and len(rows) == 1):
-        return None  # absent, or metadata only
-    length = rows[0][0]
-    problem = None
-    if rows[0][1] is None:
-        problem = f"it records {length} messages but none is stored"
-    elif len(rows) != length or any(r[1] != i for i, r in enumerate(rows)):
-        found = sum(1 for i, r in enumerate(rows) if r[1] == i)
-        problem = (f"it records {length} messages but {len(rows)} rows are stored, {found} "
-                   "of them in place (rows are missing or damaged)")
-    out: list[Message] = []
-    if problem is None:
-        for seq, text in ((r[1], r[2]) for r in rows):
-            try:
-                out.append(loads_message(text))
-            except StoreCorruptError:
-                problem = f"message {seq} is not a readable message (not JSON of a message)"
-                break
-    if problem is not None:
-        raise db.corrupt(f"session {id!r} cannot be read: {problem};", id)
-    return out
-
-
-def _info(db: Db, row: Sequence[Any]) -> SessionInfo:
-    """The SessionInfo of a row of ``_INFO_COLUMNS``; StoreCorruptError for bad metadata."""
-    id, length, created_at, updated_at, text = row
-    try:
-        metadata = metadata_from_json(text, f"session {id!r}")
-    except StoreCorruptError:
-        metadata = None
-    if metadata is None:
-        raise db.corrupt(f"session {id!r} cannot be read: its metadata is not a JSON object;",
-                         id)  # unchained: the JSON error may quote the stored text
-    return SessionInfo(id=id, messages=int(length), created_at=float(created_at),
-                       updated_at=float(updated_at), metadata=metadata)
 
 
 def _replace(db: Db, c: Conn, id: str, texts: list[str], op: str | None) -> int | None:
@@ -255,7 +204,7 @@ class PostgresSessionStore(LeaseRules, AppendRules):
         validate_session_id(id)
         db = self._db
         rows = db.run("load a session", lambda c: c.execute(
-            db.q(_LOAD_LEAN), (id,), binary=True).fetchall(), id)
+            db.q(LOAD_LEAN), (id,), binary=True).fetchall(), id)
         if not rows:
             return None
         length = rows[0][0]
@@ -268,8 +217,8 @@ class PostgresSessionStore(LeaseRules, AppendRules):
                 pass  # which one: below
         elif length == 0 and len(rows) == 1 and rows[0][1] is None:
             return None  # metadata only
-        rows = db.run("load a session", lambda c: c.execute(db.q(_LOAD), (id,)).fetchall(), id)
-        return _decode(db, id, rows)
+        rows = db.run("load a session", lambda c: c.execute(db.q(LOAD), (id,)).fetchall(), id)
+        return decode_transcript(db, id, rows)
 
     def save(self, id: str, messages: Sequence[Message], *, fence: Fence | None = None) -> None:
         """Replace the transcript; an empty sequence removes the transcript and the history
@@ -327,8 +276,8 @@ class PostgresSessionStore(LeaseRules, AppendRules):
         validate_session_id(id)
         db = self._db
         row = db.run("read a session's catalog entry", lambda c: c.execute(db.q(
-            f"SELECT {_INFO_COLUMNS} FROM {{s}}.sessions WHERE id = %s"), (id,)).fetchone(), id)
-        return None if row is None else _info(db, row)
+            f"SELECT {INFO_COLUMNS} FROM {{s}}.sessions WHERE id = %s"), (id,)).fetchone(), id)
+        return None if row is None else decode_info(db, row)
 
     def set_metadata(self, id: str, metadata: Mapping[str, Any]) -> None:
         """Replace the metadata of ``id`` in one statement ({} removes it), creating the
@@ -468,14 +417,14 @@ class PostgresSessionStore(LeaseRules, AppendRules):
         if cursor is not None:
             where.append("updated_at <= %s AND (updated_at < %s OR id > %s)")
             params += [cursor[0], cursor[0], cursor[1]]
-        text = f"SELECT {_INFO_COLUMNS} FROM {{s}}.sessions"
+        text = f"SELECT {INFO_COLUMNS} FROM {{s}}.sessions"
         if where:
             text += " WHERE " + " AND ".join(where)
         text += " ORDER BY updated_at DESC, id LIMIT %s"
         params.append(limit + 1)
         db = self._db
         rows = db.run("list sessions", lambda c: c.execute(db.q(text), params).fetchall())
-        return page_from([_info(db, r) for r in rows], limit)
+        return page_from([decode_info(db, r) for r in rows], limit)
 
 
 class PostgresCheckpointStore(CheckpointRules):
