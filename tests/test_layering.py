@@ -266,3 +266,17 @@ def test_the_cli_and_the_demo_use_the_public_api_only() -> None:
     bad = [f"{where} {m} imports {t}" for m, t, where in _edges()
            if m in _CLI and t not in _CLI and (not _public(t) or t in core - _PUBLIC_CORE)]
     assert not bad, "the CLI or the demo reaches past the public API:\n" + "\n".join(bad)
+
+
+STORE_MODULE_MAX_LINES = 600  # issue 27: a store's rules live in the engine, not in its module
+
+
+def test_no_store_module_is_over_600_lines() -> None:
+    """A backend keeps its schema, statements and row decoding; the rules it shares with the
+    others live in ``stores/_engine`` (a module past this size has grown rules of its own)."""
+    over = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "lousho_sync" / "stores").rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > STORE_MODULE_MAX_LINES
+    }
+    assert not over, f"store modules over {STORE_MODULE_MAX_LINES} lines: {over}"
