@@ -162,6 +162,32 @@ def test_a_session_missing_rows_is_corrupt_not_shorter(tmp_path: Path) -> None:
     assert "records 40 messages" in str(info.value) and info.value.session_id == "s"
 
 
+def test_a_stored_value_past_sqlites_size_limit_is_corrupt_on_read_not_on_write(
+    tmp_path: Path,
+) -> None:
+    # A damaged record can claim a size past SQLite's length limit, which no write ever
+    # stores (found by the random damage test, seed 3801710980): here the limit is lowered
+    # on the store's own connection, so the stored rows are past it
+    path = tmp_path / "a.db"
+    text = "a reply of some length, " * 20
+    store = SqliteStore(path)
+    try:
+        store.sessions.save("s", [user("hello"), assistant(text)])
+        store._db.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100)
+        with pytest.raises(StoreCorruptError) as info:
+            store.sessions.load("s")
+        assert "past SQLite's limit" in str(info.value) and info.value.session_id == "s"
+        assert text not in str(info.value)
+        with pytest.raises(Exception) as wrote:  # a write past the limit: refused, not "damaged"
+            store.sessions.save("t", [user("x" * 200)])
+        assert not isinstance(wrote.value, StoreCorruptError), wrote.value
+    finally:
+        store.close()
+    with SqliteStore(path) as store:  # nothing stored was lost
+        assert store.sessions.load("s") == [user("hello"), assistant(text)]
+        assert store.sessions.load("t") is None
+
+
 def test_a_session_whose_rows_are_all_gone_is_corrupt_not_absent(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     with SqliteStore(path) as store:

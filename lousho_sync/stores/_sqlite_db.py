@@ -56,6 +56,7 @@ _CHECK_WAL_EVERY = 32
 """Rows changed between two looks at the WAL's size (a turn changes about 4)."""
 _BUSY_CODES = frozenset((5, 6))  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 _CORRUPT_CODES = frozenset((11, 26))  # SQLITE_CORRUPT, SQLITE_NOTADB
+_TOOBIG_CODE = 18  # SQLITE_TOOBIG
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -266,11 +267,22 @@ class Db(Backend):
                     self._check_mark(conn)
                 result = fn(conn)
             except BaseException as exc:
-                if conn.in_transaction:
+                writing = conn.in_transaction
+                if writing:
                     try:
                         conn.rollback()
                     except self.errors:
                         _log.warning("could not roll back in %s", self.path, exc_info=True)
+                if not writing and _is_too_big(exc):
+                    # SQLite never stores a value past its size limit (the write is refused),
+                    # so a read that meets one reads a damaged record
+                    raise StoreCorruptError(
+                        f"could not {what} in the SQLite store at {self.path}: a stored value "
+                        "claims a size past SQLite's limit (the file is damaged; it was left "
+                        "as it was; PRAGMA integrity_check tells)",
+                        path=self.path,
+                        session_id=session_id,
+                    ) from None
                 if isinstance(exc, MemoryError):  # SQLITE_NOMEM
                     raise StoreUnavailableError(
                         f"could not {what} in the SQLite store at {self.path}: SQLite ran out of"
@@ -375,6 +387,14 @@ def _is_corrupt(exc: BaseException) -> bool:
     if code is None:
         return "not a database" in str(exc)
     return code & 0xFF in _CORRUPT_CODES
+
+
+def _is_too_big(exc: BaseException) -> bool:
+    """SQLITE_TOOBIG: a string or blob past SQLite's length limit."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return bool(code & 0xFF == _TOOBIG_CODE)
+    return type(exc).__name__ == "DataError" and "too big" in str(exc)  # (any driver)
 
 
 def is_busy(exc: BaseException) -> bool:
