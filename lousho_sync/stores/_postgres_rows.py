@@ -13,7 +13,15 @@ from ..errors import StoreCorruptError
 from ..messages import Message
 from ._postgres_db import Db
 
-__all__ = ["INFO_COLUMNS", "LOAD", "LOAD_LEAN", "decode_info", "decode_transcript"]
+__all__ = [
+    "HISTORY",
+    "INFO_COLUMNS",
+    "LOAD",
+    "LOAD_LEAN",
+    "decode_history",
+    "decode_info",
+    "decode_transcript",
+]
 
 LOAD = (
     "SELECT s.length, m.seq, m.json FROM {s}.sessions s LEFT JOIN {s}.messages m"
@@ -27,6 +35,8 @@ LOAD_LEAN = (
     " ORDER BY m.seq"
 )
 INFO_COLUMNS = "id, length, created_at, updated_at, metadata"
+HISTORY = ("SELECT h.seq, h.json FROM {s}.sessions s JOIN {s}.history h"
+           " ON h.session_key = s.key WHERE s.id = %s ORDER BY h.seq")
 
 
 def decode_transcript(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
@@ -41,16 +51,36 @@ def decode_transcript(db: Db, id: str, rows: list[Any]) -> list[Message] | None:
         found = sum(1 for i, r in enumerate(rows) if r[1] == i)
         problem = (f"it records {length} messages but {len(rows)} rows are stored, {found} "
                    "of them in place (rows are missing or damaged)")
-    out: list[Message] = []
-    if problem is None:
-        for seq, text in ((r[1], r[2]) for r in rows):
-            try:
-                out.append(loads_message(text))
-            except StoreCorruptError:
-                problem = f"message {seq} is not a readable message (not JSON of a message)"
-                break
     if problem is not None:
         raise db.corrupt(f"session {id!r} cannot be read: {problem};", id)
+    return _messages(db, id, [(r[1], r[2]) for r in rows], "message {} is not a readable "
+                     "message (not JSON of a message)")
+
+
+def decode_history(db: Db, id: str, rows: Sequence[tuple[Any, Any]]) -> list[Message]:
+    """The messages of ``HISTORY``'s ``(seq, json)`` rows, oldest first; StoreCorruptError
+    naming no stored content when one is missing or unreadable."""
+    for i, (seq, _) in enumerate(rows):
+        if seq != i:
+            raise db.corrupt(f"session {id!r} cannot be read: its history has no message {i} "
+                             "(rows are missing or damaged);", id)
+    return _messages(db, id, rows, "history message {} is not a readable message")
+
+
+def _messages(db: Db, id: str, rows: Sequence[tuple[Any, Any]], problem: str
+              ) -> list[Message]:
+    """The messages of ``(seq, json)`` rows in order; ``problem`` (formatted with the seq)
+    names a row that is not a message."""
+    out: list[Message] = []
+    bad = None
+    for seq, text in rows:
+        try:
+            out.append(loads_message(text))
+        except StoreCorruptError:
+            bad = seq
+            break
+    if bad is not None:  # raised here, unchained: the codec's error may quote the text
+        raise db.corrupt(f"session {id!r} cannot be read: {problem.format(bad)};", id)
     return out
 
 

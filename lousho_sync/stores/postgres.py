@@ -73,7 +73,7 @@ from ..catalog import (
     check_metadata,
     page_from,
 )
-from ..codec import dumps_message, loads_message, loads_message_texts
+from ..codec import dumps_message, loads_message_texts
 from ..errors import SessionExistsError, StoreCorruptError
 from ..messages import Message
 from ..records import Fence
@@ -105,7 +105,15 @@ from ._postgres_ops import (
     PostgresLeases,
     locked_token,
 )
-from ._postgres_rows import INFO_COLUMNS, LOAD, LOAD_LEAN, decode_info, decode_transcript
+from ._postgres_rows import (
+    HISTORY,
+    INFO_COLUMNS,
+    LOAD,
+    LOAD_LEAN,
+    decode_history,
+    decode_info,
+    decode_transcript,
+)
 from .base import StoreCapabilities
 
 __all__ = [
@@ -311,23 +319,9 @@ class PostgresSessionStore(LeaseRules, AppendRules):
         """The messages compaction replaced in ``id``, oldest first ([] when none)."""
         validate_session_id(id)
         db = self._db
-        rows = db.run("read a session's history", lambda c: c.execute(db.q(
-            "SELECT h.seq, h.json FROM {s}.sessions s JOIN {s}.history h"
-            " ON h.session_key = s.key WHERE s.id = %s ORDER BY h.seq"), (id,)).fetchall(), id)
-        out: builtins.list[Message] = []
-        problem = None
-        for i, (seq, text) in enumerate(rows):
-            if seq != i:
-                problem = f"its history has no message {i} (rows are missing or damaged)"
-                break
-            try:
-                out.append(loads_message(text))
-            except StoreCorruptError:
-                problem = f"history message {seq} is not a readable message"
-                break
-        if problem is not None:
-            raise db.corrupt(f"session {id!r} cannot be read: {problem};", id)
-        return out
+        rows = db.run("read a session's history",
+                      lambda c: c.execute(db.q(HISTORY), (id,)).fetchall(), id)
+        return decode_history(db, id, rows)
 
     def compact(
         self,
