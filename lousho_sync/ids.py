@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
+from typing import TypeGuard
 
 import attrs
 
@@ -32,15 +33,14 @@ SESSION_ID_RULE = "^[A-Za-z0-9_-]{1,128}$"
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
-def is_session_id(id: object) -> bool:
+def is_session_id(id: object) -> TypeGuard[str]:
     """Whether ``id`` is a str that matches :data:`SESSION_ID_RULE`."""
     return isinstance(id, str) and _ID_RE.fullmatch(id) is not None
 
 
 def validate_session_id(id: object) -> str:
     """``id`` if it matches ``^[A-Za-z0-9_-]{1,128}$``, else InvalidSessionIdError."""
-    # is_session_id's test written out: every store write asks it, once per turn at least
-    if not isinstance(id, str) or _ID_RE.fullmatch(id) is None:
+    if not is_session_id(id):
         raise InvalidSessionIdError(
             f"invalid session id {id!r}: it must match {SESSION_ID_RULE} (letters, digits, "
             "'_' and '-', 1 to 128 characters), because it becomes a file name or a key",
