@@ -38,7 +38,7 @@ import attrs
 
 from . import _idempotency as idem
 from . import _mailbox as mailbox
-from ._eventlog import EventLog, Publisher, decode, seal_turn
+from ._eventlog import EventLog, Publisher, seal_turn
 from ._lease_hold import LeaseHold
 from ._session_parts import SessionParts
 from ._session_state import Ticket
@@ -819,8 +819,7 @@ def keyed_turn(log: EventLog, session_id: str, key: str) -> TurnHead | None:
     if head is None or head.ended_at is not None:
         return None
     try:
-        rows = log.ops.read(head.turn_id, -1, 1)
-        first = decode(rows[0][1], head.turn_id, rows[0][0]) if rows else None
+        first = log.first_event(head.turn_id)
     except Exception:
         _log.warning("could not read turn %s of the event log", head.turn_id, exc_info=True)
         return None

@@ -34,7 +34,7 @@ from lousho_sync import (
     event_id,
     parse_event_id,
 )
-from lousho_sync._eventlog import EventLog
+from lousho_sync._eventlog import EventLog, encode, encode_rows, events_of
 from lousho_sync.errors import StoreUnavailableError
 from lousho_sync.sqlite import SqliteStore
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
@@ -253,7 +253,7 @@ def test_text_deltas_are_coalesced_into_one_write_per_interval() -> None:
     append = ops.append
 
     def counting(turn_id: str, rows: Any, **kw: Any) -> None:
-        writes.append(len(rows))
+        writes.append(sum(len(events_of(row, turn_id, seq, -1)) for seq, row in rows))
         append(turn_id, rows, **kw)
 
     ops.append = counting  # type: ignore[method-assign]
@@ -310,6 +310,57 @@ def test_a_long_turns_log_is_bounded_by_merging_old_deltas() -> None:
         str(s % 10) for s in range(1000))
     seqs = [e.seq for e in events]
     assert seqs == sorted(set(seqs)) and seqs[-1] == 999
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS, indirect=True)
+def test_a_write_of_many_events_is_one_row_read_back_event_by_event(
+    kind: str, tmp_path: Path
+) -> None:
+    """A turn's write of its start, 500 deltas, usage and end is one row of the store; a
+    reader after any seq gets exactly the events after it, each with its own seq."""
+    from lousho_sync import RunDone, RunStart, UsageEvent
+    from lousho_sync.messages import Message, Usage
+
+    store = make_store(kind, tmp_path)
+    ops = event_ops_of(getattr(store, "sessions", store))
+    log = EventLog(ops, interval_s=3600.0)
+    log.begin("t1", "s1", "host:1:x")
+    events: list[Any] = [RunStart(run_id="t1", seq=0, session_id="s1",
+                                  input=(Message("user", "hi"),))]
+    events += [TextDelta(run_id="t1", seq=i, text=f"<{i}é\n>") for i in range(1, 501)]
+    events += [UsageEvent(run_id="t1", seq=501, usage=Usage(input_tokens=3), total=Usage(
+        input_tokens=3)), RunDone(run_id="t1", seq=502, finish_reason="stop", result=None)]
+    written = encode_rows(events)  # what the turn's publisher writes at its turn's end
+    assert ops.append("t1", written, owner="host:1:x", status="done", ended_at=time.time())
+    rows = ops.read("t1", -1, 10_000)
+    assert len(rows) == 1 and rows[0][0] == 502
+    for after in (-1, 0, 1, 250, 500, 501):
+        read = list(log.follow("t1", after))
+        assert [e.seq for e in read] == list(range(after + 1, 503))
+        assert [(e.type, getattr(e, "text", None)) for e in read] == [
+            (e.type, getattr(e, "text", None)) for e in events[after + 1:]]
+    assert list(log.follow("t1", 502)) == []
+
+
+def test_a_damaged_row_of_a_write_is_named_not_misread(tmp_path: Path) -> None:
+    from lousho_sync.errors import StoreCorruptError
+
+    store = SqliteStore(tmp_path / "s.db")
+    ops = event_ops_of(store.sessions)
+    log = EventLog(ops)
+    bad = [
+        (7, '{"type":"events","first":3,"items":["a","b"]}'),  # ends at 4, stored under 7
+        (8, '{"type":"events","first":8,"items":[5]}'),  # a number where an event is
+        (9, '{"type":"events","first":9,"items":"ab"}'),
+    ]
+    for seq, row in bad:
+        ops.drop("t1")
+        log.begin("t1", "s1", "host:1:x")
+        assert ops.append("t1", [(seq, row)], owner="host:1:x", status="running",
+                          ended_at=None)
+        with pytest.raises(StoreCorruptError, match=f"event t1:{seq} .*cannot be read"):
+            list(log.follow("t1", -1))
+    assert log.head("t1") is not None  # the row is left as it was
 
 
 # --- readers in other processes -------------------------------------------------------------------
@@ -835,7 +886,10 @@ def test_a_takeover_finds_a_committed_turn_by_its_id_not_by_its_input(tmp_path: 
     run = session.start("hi")
     assert run.result(timeout=CHILD_TIMEOUT).text == "two"
     turn_id = run.turn_id
-    first = event_ops_of(store.sessions).read(turn_id, -1, 1)  # its run.start
+    (seq, row), = event_ops_of(store.sessions).read(turn_id, -1, 1)  # its first write
+    start = events_of(row, turn_id, seq, -1)[0]
+    assert start.type == "run.start"
+    first = [(0, encode(start))]
     del run
     gc.collect()  # no handle of the turn in this process: readers read the log
     session.send("hi")  # the same input again, committed after it
