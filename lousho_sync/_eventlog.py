@@ -6,10 +6,11 @@
   events is one row (:func:`encode_rows`): ``{"type":"events","first":<seq>,"items":[...]}``
   under the seq of its last event, a text delta being its text; a reader splits it into
   its events again (:func:`events_of`), so every event keeps its own seq.
-* Writes are coalesced: text deltas (and a step's ``usage`` and ``step.start``, see
-  :data:`_LAZY`) wait until ``interval_s`` (default 50 ms) has passed since the turn's last
-  write, so a turn makes at most one write per interval plus one per other event. The log
-  is never fsynced: the transcript is the durable record.
+* Writes are coalesced: text deltas (and ``run.start``, ``step.start`` and a step's
+  ``usage``, see :data:`_LAZY`) wait until ``interval_s`` (default 50 ms) has passed since
+  the turn's last write (the log's begin counts as one), so a turn makes at most one write
+  per interval plus one per other event. The log is never fsynced: the transcript is the
+  durable record.
 * Retention: a turn that ended is kept ``ttl_s`` (default 600 s) after its end, then
   removed lazily (a read finds it expired) and by :meth:`EventLog.prune`.
 * A turn's log is bounded: past ``max_rows`` rows its older text deltas are merged (one
@@ -390,13 +391,17 @@ class EventLog:
         self.poll_s = poll_s
 
     def begin(self, turn_id: str, session_id: str, owner: str, *,
-              started_at: float | None = None, last_seq: int = -1) -> Publisher:
-        """Open (or, on takeover, re-open) the log of a turn; returns its writer."""
+              started_at: float | None = None, last_seq: int = -1,
+              announce: bool = False) -> Publisher:
+        """Open (or, on takeover, re-open) the log of a turn; returns its writer. The
+        opening counts as the turn's first write (its first events wait ``interval_s``
+        like deltas), unless ``announce``: a keyed turn's ``run.start`` is written at once
+        (a retry in another process looks for it there)."""
         head = TurnHead(turn_id=turn_id, session_id=session_id, owner=owner,
                         started_at=now() if started_at is None else started_at,
                         last_seq=last_seq)
         self.ops.begin(head)
-        return Publisher(self, head)
+        return Publisher(self, head, announce=announce)
 
     def head(self, turn_id: str) -> TurnHead | None:
         """The turn's head; None when absent, expired (then it is removed) or not a turn
@@ -498,11 +503,12 @@ class EventLog:
                     return
 
 
-_LAZY = frozenset({TextDelta, UsageEvent, StepStart})
+_LAZY = frozenset({TextDelta, UsageEvent, StepStart, RunStart})
 """The events whose write may wait for the next one, as a text delta's does: a step's
 usage comes just before the commit or the next step's events, a ``step.start`` just before
-its deltas (a store in another process, say, is written once at a turn's end, not once
-before its commit and once after)."""
+its deltas, a ``run.start`` just after the log's begin (so a short turn's log is written
+once, at its end, not also before its commit; the store is not written while the turn
+takes its lease)."""
 
 
 class Publisher:
@@ -513,7 +519,7 @@ class Publisher:
     When the log says another owner took the turn over (``EventOps.append`` returned
     False), nothing more is written (:attr:`superseded`)."""
 
-    def __init__(self, log: EventLog, head: TurnHead) -> None:
+    def __init__(self, log: EventLog, head: TurnHead, *, announce: bool = False) -> None:
         self._log = log
         self.turn_id = head.turn_id
         self.owner = head.owner
@@ -534,7 +540,7 @@ class Publisher:
         self._writer_waits = False
         self._closed = False
         self._writer: threading.Event | None = None  # set when the writer's task ended
-        self._last_write = 0.0
+        self._last_write = 0.0 if announce else time.monotonic()  # (the log's begin)
         self._status: TurnStatus = "running"
         self._ended: float | None = None
         self._written = 0

@@ -213,7 +213,8 @@ class Session:
                                                key=key, detached=True)
         control.logged = True  # its commit records its id (see _committed)
         inner = AgentRun(driver, control, on_discard=discard)
-        publisher = log.begin(inner.run_id, self._id, self._state.owner)
+        publisher = log.begin(inner.run_id, self._id, self._state.owner,
+                              announce=key is not None)
         if key is not None:
             note_keyed(self._id, key, control)
         return StartedRun(inner, log, publisher)

@@ -378,7 +378,8 @@ class SessionTurn:
                                 publisher = None
                                 if log is not None:
                                     assert own_key is not None
-                                    publisher = log.begin(control.run_id, self._p.id, st.owner)
+                                    publisher = log.begin(control.run_id, self._p.id, st.owner,
+                                                        announce=True)
                                     note_keyed(self._p.id, own_key, control)
                                 play = self._new_turn(control, msgs, hold,
                                                       emit or publisher is not None)
