@@ -76,14 +76,10 @@ class _LogReader(AgentRun):
                     "seq you read to read on"
                 )
             self._iterated = True
-        return self._events()
-
-    def _events(self) -> Generator[Event, None, None]:
         local = local_run(self._turn_id)
         if local is not None:  # driven here: its events as objects, at once
-            yield from local._publisher.follow(self._after)
-            return
-        yield from self._log_.follow(self._turn_id, self._after, idle=self._idle)
+            return local._publisher.follow(self._after)
+        return self._log_.follow(self._turn_id, self._after, idle=self._idle)
 
     def _idle(self, head: TurnHead) -> bool:
         return False
