@@ -4,7 +4,8 @@
 named by their seq (a write of 1,000 text deltas is one entry, not 1,000); its head a hash
 (``<prefix>turn-head:<turn>``), a session's latest turn a string
 (``<prefix>turn-latest:<session>``) and the ended turns a sorted set by end time
-(``<prefix>turns-ended``). Readers wake with ``XREAD BLOCK``."""
+(``<prefix>turns-ended``). Readers wake with ``XREAD BLOCK``. A begin and a write are a
+script each (one round trip)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,19 @@ return 1
 """
 
 
+# KEYS: head, the session's latest turn, ended turns. ARGV: session id, owner, started_at,
+# last_seq, status, rows, turn id. The head made again (an old one's fields gone), the
+# session's latest turn set, the turn not ended: one atomic step, one round trip.
+_BEGIN = """
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'session_id', ARGV[1], 'owner', ARGV[2], 'started_at', ARGV[3],
+           'last_seq', ARGV[4], 'status', ARGV[5], 'ended_at', '', 'rows', ARGV[6])
+redis.call('SET', KEYS[2], ARGV[7])
+redis.call('ZREM', KEYS[3], ARGV[7])
+return 1
+"""
+
+
 def _id(seq: int) -> str:
     return f"0-{seq + 1}"
 
@@ -69,6 +83,7 @@ class RedisEventOps:
     def __init__(self, conn: Conn) -> None:
         self._c = conn
         self._append = conn.client.register_script(_APPEND)
+        self._begin = conn.client.register_script(_BEGIN)
 
     def _rows_key(self, turn_id: str) -> str:
         return self._c.key("events:", turn_id)
@@ -77,20 +92,12 @@ class RedisEventOps:
         return self._c.key("turn-head:", turn_id)
 
     def begin(self, head: TurnHead) -> None:
-        def fn(r: Any) -> None:
-            pipe = r.pipeline(transaction=True)
-            key = self._head_key(head.turn_id)
-            pipe.delete(key)
-            pipe.hset(key, mapping={
-                "session_id": head.session_id, "owner": head.owner,
-                "started_at": repr(head.started_at), "last_seq": head.last_seq,
-                "status": head.status, "ended_at": "", "rows": head.rows,
-            })
-            pipe.set(self._c.key("turn-latest:", head.session_id), head.turn_id)
-            pipe.zrem(self._c.key("turns-ended"), head.turn_id)
-            pipe.execute()
-
-        self._c.run("begin a turn's event log", fn, head.session_id)
+        keys = [self._head_key(head.turn_id), self._c.key("turn-latest:", head.session_id),
+                self._c.key("turns-ended")]
+        args: list[str | int] = [head.session_id, head.owner, repr(head.started_at),
+                                 head.last_seq, head.status, head.rows, head.turn_id]
+        self._c.run("begin a turn's event log",
+                    lambda r: self._begin(keys=keys, args=args, client=r), head.session_id)
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
