@@ -10,10 +10,11 @@
 * **store writes** of a streamed 1,000-delta turn on SQLite (model at full speed, and paced
   1 ms a delta), default coalescing;
 * **framework time** of a ``start()``-ed turn read to its end against ``stream()`` of the
-  same turn (1,000 deltas, scripted model, no delay; every store; 15 of each, the two
-  interleaved; the ratio of the medians and of the minimums — on a loaded host the median
-  mostly measures how soon the OS runs a woken thread, which ``stream()`` never waits
-  for); with a new store each run, then with one store for all runs;
+  same turn (1,000 deltas, scripted model, no delay; every store; 40 of each, the two
+  interleaved; the ratio of the medians, the median of each pair's ratio — a pair's two
+  runs are next to each other in time, so a host whose speed drifts slows both alike —
+  and the ratio of the minimums); with a new store each run, then with one store for all
+  runs;
 * **100 readers** of one turn in one process (attached threads, memory and SQLite).
 
 Redis: ``LOUSHO_TEST_REDIS_URL`` or a ``redis-server`` of its own; PostgreSQL:
@@ -168,6 +169,10 @@ def writes(kind: str, where: str, pace_s: float) -> tuple[int, int]:
     return count[0], events
 
 
+PAIRS = 40
+"""Runs of each in the framework rows, a ``stream()`` and a ``start()`` side by side."""
+
+
 def framework(kind: str, where: str, *, warm: bool = False) -> tuple[list[float], list[float]]:
     """Times (ms) of ``stream()`` and of a ``start()``-ed turn read to its end, interleaved;
     a new store each run (its connections and set-up in the time), or ``warm``: one store
@@ -194,7 +199,7 @@ def framework(kind: str, where: str, *, warm: bool = False) -> tuple[list[float]
 
     once(False), once(True)  # warm up
     streams, starts = [], []
-    for _ in range(15):  # interleaved: a loaded host slows both alike
+    for _ in range(PAIRS):  # interleaved: a loaded host slows both alike
         streams.append(once(False))
         starts.append(once(True))
     close = getattr(kept[0], "close", None) if kept else None
@@ -258,10 +263,11 @@ def main() -> None:
             for kind in kinds:
                 streams, starts = framework(kind, kinds[kind], warm=warm)
                 stream, started = statistics.median(streams), statistics.median(starts)
+                pairs = statistics.median(b / a for a, b in zip(streams, starts, strict=True))
                 print(f"framework time, 1,000 deltas, {kind}"
                       f"{' (one store for all runs)' if warm else ''}: stream() {stream:.1f} "
-                      f"ms, start() {started:.1f} ms, median {started / stream:.2f}x, min "
-                      f"{min(starts) / min(streams):.2f}x")
+                      f"ms, start() {started:.1f} ms, median {started / stream:.2f}x, "
+                      f"median of pairs {pairs:.2f}x, min {min(starts) / min(streams):.2f}x")
         for kind in ("memory", "sqlite"):
             ms, same = many_readers(kind, kinds[kind], args.readers)
             print(f"{args.readers} readers of one 1,000-delta turn, {kind}: {ms:.0f} ms, "
