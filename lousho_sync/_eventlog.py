@@ -1,11 +1,11 @@
 """The event log's rules, written once over a store's primitives
 (:class:`~lousho_sync.stores._events.EventOps`).
 
-* Each run event is one row ``(seq, JSON)``; the JSON is this module's (:func:`encode`,
-  :func:`decode`) and an encrypting store seals it like a message. A write of several
-  events is one row (:func:`encode_rows`): ``{"type":"events","first":<seq>,"items":[...]}``
-  under the seq of its last event, a text delta being its text; a reader splits it into
-  its events again (:func:`events_of`), so every event keeps its own seq.
+* Each write is one row ``(seq, JSON)``; the JSON is this module's and an encrypting
+  store seals it like a message. A lone event is its own JSON (:func:`encode`,
+  :func:`decode`); several are ``{"type":"events","first":<seq>,"items":[...]}`` under the
+  seq of the last (:func:`encode_rows`), a text delta being its text; a reader splits a
+  row into its events again (:func:`events_of`), so every event keeps its own seq.
 * Writes are coalesced: text deltas (and ``run.start``, ``step.start`` and a step's
   ``usage``, see :data:`_LAZY`) wait until ``interval_s`` (default 50 ms) has passed since
   the turn's last write (the log's begin counts as one), so a turn makes at most one write

@@ -782,8 +782,11 @@ class SessionTurn:
                 if control.logged:  # which turn this is, for a takeover: _eventlog
                     result = seal_turn(result, state.run_id)
                 sealed.append((plain, result))
+            # (a turn that another process's input joined keeps the lease until its log
+            # says it ended: that process reads the turn from the log, and would take the
+            # lease and settle its input as replayed in between; see _wait_joined)
             _commit(p, result.messages, writer=writer, key=state.key, committer=committer,
-                    hold=hold, release=last)
+                    hold=hold, release=last and control.join_log is None)
 
         turn = Turn(p.base.config, env, control, state, st.messages, emit=emit)
         result: ExecutionResult = yield from play(

@@ -67,13 +67,24 @@ def main() -> None:
     def answer(request: ModelRequest) -> Step | str:
         msgs = list(request.messages)
         if msgs[-1].role == "user" and msgs[-1].text == "A" \
-                and role in ("owner", "startowner", "keyowner"):
+                and role in ("owner", "startowner", "keyowner", "endowner"):
             return Step(tool_calls=[("hold", {})])
         return "saw: " + ",".join(m.text for m in msgs if m.role == "user")
 
     if role == "holder":
         hold_lease(kind, root)
         return
+    if role == "endowner":  # say when the joined turn is committed, go on after a line
+        import lousho_sync._mailbox as mailbox
+
+        end_join_log = mailbox.end_join_log
+
+        def ending(*args: Any) -> None:
+            print("ENDING", flush=True)
+            sys.stdin.readline()
+            end_join_log(*args)
+
+        mailbox.end_join_log = ending  # type: ignore[assignment]
     if role.startswith(("line:", "rollback:")):  # say when the mail is in the mailbox
         import lousho_sync._mailbox as mailbox
 

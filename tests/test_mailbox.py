@@ -90,6 +90,14 @@ def _messages(kind: str, root: Path) -> list[tuple[str, str]]:
         _close(store)
 
 
+def _lease_held(kind: str, root: Path) -> bool:
+    store = make_store(kind, root)
+    try:
+        return bool(store.sessions.lease_held("mailbox"))
+    finally:
+        _close(store)
+
+
 def _fence_token(kind: str, root: Path) -> Any:
     store = make_store(kind, root)
     try:
@@ -128,6 +136,31 @@ def test_a_stream_that_joins_another_process_turn_yields_it_from_the_join_on(
     assert seqs == sorted(set(seqs))
     assert _messages(kind, tmp_path) == [("user", "A"), ("assistant", ""), ("tool", "held"),
                                          ("user", "B"), ("assistant", "saw: A,B")]
+
+
+@pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
+def test_a_joined_turn_keeps_the_lease_until_its_log_says_it_ended(
+    kind: str, tmp_path: Path
+) -> None:
+    """The owner committed the turn B's input joined and has not written its run.done to
+    the log yet: the lease is still its, so B cannot take it, find its input committed and
+    miss the turn it joined (it read only its own run.done)."""
+    owner = _owner_in_tool(kind, tmp_path, "endowner")
+    procs = [owner]
+    try:
+        procs.append(_spawn("streamqueue", kind, tmp_path))
+        _go(procs[1])
+        assert read_line(owner) == "ENDING"  # committed; its log's end not written yet
+        assert _lease_held(kind, tmp_path)
+        _go(owner)
+        a, b = _result(owner), _result(procs[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert b["joined"] is True and b["run_id"] == a["run_id"] and b["text"] == "saw: A,B"
+    types = [e["type"] for e in b["events"]]
+    assert types[0] == "input.queued" and types[-1] == "run.done"
 
 
 @pytest.mark.parametrize("kind", MAILBOX_KINDS, indirect=True)
