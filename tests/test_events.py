@@ -34,7 +34,8 @@ from lousho_sync import (
     event_id,
     parse_event_id,
 )
-from lousho_sync._eventlog import EventLog, encode, encode_rows, events_of
+from lousho_sync._event_rows import encode, encode_rows, events_of
+from lousho_sync._eventlog import EventLog
 from lousho_sync.errors import StoreUnavailableError
 from lousho_sync.sqlite import SqliteStore
 from lousho_sync.stores._events import MemoryEventOps, event_ops_of
@@ -904,7 +905,7 @@ def test_a_lost_turn_is_not_mistaken_for_a_committed_turn_with_the_same_input(
     tmp_path: Path,
 ) -> None:
     from lousho_sync import Message, RunStart
-    from lousho_sync._eventlog import encode
+    from lousho_sync._event_rows import encode
     from lousho_sync.control import new_id
 
     store = make_store("sqlite", tmp_path)

@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
      "lousho_sync._lease_hold", "lousho_sync.stores._common", "lousho_sync.stores._sqlite_rows",
      "lousho_sync.stores._events", "lousho_sync.stores._mail",
      "lousho_sync.stores._postgres_listen",
-     "lousho_sync.event_json",
+     "lousho_sync.event_json", "lousho_sync._event_rows",
      "lousho_sync.stores.bundle", "lousho_sync.stores._expiry", "lousho_sync.stores._engine",
      "lousho_sync.stores._engine.backend", "lousho_sync.stores._sealing"},
     {"lousho_sync._turnlog", "lousho_sync.control", "lousho_sync._eventlog",
