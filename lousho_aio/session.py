@@ -182,6 +182,16 @@ class AsyncSession:
     def event_interval_s(self, value: float) -> None:
         self._session.event_interval_s = value
 
+    @property
+    def event_live_interval_s(self) -> float:
+        """On Redis and PostgreSQL, while a reader in another process watches the turn: at
+        most one live send per this many seconds of the events that wait for their write."""
+        return self._session.event_live_interval_s
+
+    @event_live_interval_s.setter
+    def event_live_interval_s(self, value: float) -> None:
+        self._session.event_live_interval_s = value
+
     async def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:
         """Finish the interrupted turn; None when nothing pends."""
         return await _bridge.call_aborting(self._session.resume, signal=signal)

@@ -92,7 +92,7 @@ class _LogReader(AgentRun):
         def read() -> None:
             try:
                 error: BaseException | None = None
-                for event in self._log_.follow(self._turn_id, -1):
+                for event in self._log_.follow(self._turn_id, -1, live=False):
                     if isinstance(event, RunFailed):
                         error = event.error
                     elif isinstance(event, RunDone):
@@ -315,6 +315,7 @@ def _take_over(
             written = log.ops.read(turn_id, seq, 1 << 30)
             if written:
                 seq = written[-1][0]
+            seq = max(seq, log.sent_live(turn_id))  # readers may have seen those live
         seq += 1
         publisher.publish(attrs.evolve(event, run_id=turn_id, seq=seq))
 

@@ -15,6 +15,17 @@
   row per run of consecutive deltas, carrying the seq of the last).
 * Readers follow a turn live: rows after a seq, then a wait on the store's wake-up
   (condition variable, ``PRAGMA data_version``, file size, ``XREAD BLOCK``, ``LISTEN``).
+* A live tail (Redis, PostgreSQL: :class:`~lousho_sync.stores._events.LiveOps`): while a
+  reader in another process watches the turn, the writer sends the events that wait for
+  their coalesced write on the turn's channel, at most once per ``live_interval_s``
+  (default 5 ms), so that reader has them within milliseconds; the log is still written
+  once per ``interval_s``. The reader subscribes before it reads the log and merges the
+  two by seq (a live row that does not follow on from what it has waits for the log;
+  ``run.done`` only ever comes from the log). A send is fenced like a write, and a takeover
+  goes on after the highest seq sent (:meth:`EventLog.sent_live`): no seq a reader saw is
+  used twice. Unwatched, nothing is sent: the writer learns from its writes whether a reader
+  watches (and asks, at most once per :data:`_WATCH_CHECK_S`, only when ``interval_s`` is
+  longer than that).
   Readers in the process that drives the turn take the events from its :class:`Publisher`
   as objects, the moment they are made (its ``run.done`` once that is stored).
 * The writes are made by a thread of the publisher's own (reused daemon threads,
@@ -57,7 +68,15 @@ from .events import (
 from .ids import is_session_id
 from .messages import Message
 from .results import ExecutionResult
-from .stores._events import EVENT_TTL_S, EventOps, TurnHead, TurnStatus, now
+from .stores._events import (
+    EVENT_TTL_S,
+    EventOps,
+    LiveTail,
+    TurnHead,
+    TurnStatus,
+    live_of,
+    now,
+)
 
 __all__ = [
     "TURN_EXTRA",
@@ -71,9 +90,16 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.05
+DEFAULT_LIVE_INTERVAL_S = 0.005
 DEFAULT_TTL_S = EVENT_TTL_S
 DEFAULT_MAX_ROWS = 10_000
 _READ_BATCH = 1000
+_LIVE_CHUNK = 64
+"""Events to a live row at most (a row is one channel message; PostgreSQL's are small)."""
+_WATCH_CHECK_S = 1.0
+"""How stale the writer's knowledge of whether a reader watches its turn may get while
+events wait for a write that is not due (it learns it from each write: asked only when
+``interval_s`` is longer than this)."""
 
 
 # --- which turn a commit was -------------------------------------------------------------------
@@ -176,9 +202,11 @@ class EventLog:
 
     def __init__(self, ops: EventOps, *, interval_s: float = DEFAULT_INTERVAL_S,
                  ttl_s: float = DEFAULT_TTL_S, max_rows: int = DEFAULT_MAX_ROWS,
-                 poll_s: float = 0.25) -> None:
+                 poll_s: float = 0.25,
+                 live_interval_s: float = DEFAULT_LIVE_INTERVAL_S) -> None:
         self.ops = ops
         self.interval_s = interval_s
+        self.live_interval_s = live_interval_s
         self.ttl_s = ttl_s
         self.max_rows = max_rows
         self.poll_s = poll_s
@@ -239,6 +267,13 @@ class EventLog:
             return False
         return isinstance(d, dict) and d.get("type") == "run.start" and d.get("sealed") is True
 
+    def sent_live(self, turn_id: str) -> int:
+        """The highest seq of the turn sent to readers live (-1: none, or no live tail):
+        readers may have seen events up to it that the log never got (their driver died
+        first), so a takeover numbers its events after it."""
+        live = live_of(self.ops)
+        return -1 if live is None else live.sent(turn_id)
+
     def first_event(self, turn_id: str) -> Event | None:
         """The turn's first event in the log (its ``run.start``); None when it has none."""
         rows = self.ops.read(turn_id, -1, 1)
@@ -253,15 +288,26 @@ class EventLog:
         after: int,
         *,
         idle: Callable[[TurnHead], bool] | None = None,
+        live: bool = True,
     ) -> Iterator[Event]:
         """The turn's events with seq > ``after`` in order, live until ``run.done``.
         TurnNotFoundError when the turn is not (or no longer) in the log. ``idle`` is
         called with the head whenever nothing new came within ``poll_s``; True ends the
-        reading (its caller took the turn over)."""
+        reading (its caller took the turn over). ``live``: on a store with a live tail,
+        watch the turn and take its unwritten events from it (False: a reader that only
+        waits for the end)."""
         if self.head(turn_id) is None:
             raise TurnNotFoundError(
                 f"turn {turn_id!r} is not in the event log (it never existed, or it ended "
                 f"more than event_ttl_s={self.ttl_s:g} s ago)", turn_id=turn_id)
+        tails = live_of(self.ops) if live else None
+        if tails is not None:
+            tail = tails.tail(turn_id)  # subscribed before the log is read
+            try:
+                yield from self._follow_live(turn_id, after, idle, tail)
+            finally:
+                tail.close()
+            return
         ops = self.ops
         while True:
             rows = ops.read(turn_id, after, _READ_BATCH)
@@ -294,6 +340,77 @@ class EventLog:
                 head = ops.head(turn_id)
                 if head is not None and head.ended_at is None and idle(head):
                     return
+
+
+    def _follow_live(self, turn_id: str, after: int,
+                     idle: Callable[[TurnHead], bool] | None,
+                     tail: LiveTail) -> Iterator[Event]:
+        """:meth:`follow` with a live tail: the log's rows, and the rows sent live that
+        follow on from the last seq yielded (one past a gap waits until the log filled
+        it); the log is read again whenever the tail says it was written (or anything was
+        missed), and at least every ``poll_s`` while nothing new comes."""
+        ops = self.ops
+        waiting: list[tuple[int, str]] = []  # live rows past a gap, in the order sent
+        read_log = True
+        quiet = time.monotonic()  # since when nothing new came
+        while True:
+            if read_log:
+                read_log = False
+                while True:
+                    rows = ops.read(turn_id, after, _READ_BATCH)
+                    for seq, text in rows:
+                        for event in events_of(text, turn_id, seq, after):
+                            after = event.seq
+                            yield event
+                            if isinstance(event, RunDone):
+                                return
+                    if rows:
+                        quiet = time.monotonic()
+                    if len(rows) < _READ_BATCH:
+                        break  # (a later write is announced on the tail)
+            kept: list[tuple[int, str]] = []
+            for seq, text in waiting:  # in the order sent: what follows on now goes out
+                try:
+                    events = events_of(text, turn_id, seq, after)
+                except StoreCorruptError:
+                    continue  # (the log has it)
+                if not events:
+                    continue  # had it
+                if events[0].seq != after + 1:
+                    kept.append((seq, text))
+                    read_log = True  # a gap: the log fills it within one interval
+                    continue
+                for event in events:
+                    if isinstance(event, RunDone):  # (only ever taken from the log)
+                        read_log = True
+                        break
+                    after = event.seq
+                    quiet = time.monotonic()
+                    yield event
+            waiting = kept[-_READ_BATCH:]
+            if read_log:
+                continue
+            left = quiet + self.poll_s - time.monotonic()
+            if left <= 0:  # quiet for a while: as :meth:`follow` without a tail
+                quiet = time.monotonic()
+                if ops.read(turn_id, after, 1):
+                    read_log = True
+                    continue
+                head = ops.head(turn_id)
+                if head is None:  # dropped under the reader (prune, or expiry)
+                    raise TurnNotFoundError(
+                        f"turn {turn_id!r} was removed from the event log while it was read",
+                        turn_id=turn_id)
+                if head.ended_at is not None and head.last_seq <= after:
+                    return  # ended, and this reader has everything (a log without run.done)
+                if idle is not None and head.ended_at is None and idle(head):
+                    return
+                continue
+            for item in tail.get(after, left):
+                if item is None:
+                    read_log = True
+                else:
+                    waiting.append(item)
 
 
 _LAZY = frozenset({TextDelta, UsageEvent, StepStart, RunStart})
@@ -339,6 +456,12 @@ class Publisher:
         self._written = 0
         self.superseded = False
         self.writes = 0
+        # the live tail (see the module): sent by the writer thread while a reader watches
+        self._live = live_of(log.ops)
+        self._watched = False  # what the last write (or ask) found; a new turn: nobody
+        self._known_at = time.monotonic()  # when that was learned (the log's begin)
+        self._live_sent = 0  # the position of the first event not sent live (nor written)
+        self._last_live = 0.0
 
     def publish(self, event: RunEvent) -> None:
         """Add ``event`` to the log: readers in this process have it at once; it is written
@@ -404,6 +527,7 @@ class Publisher:
     def _write_until_closed(self) -> None:
         interval = self._log.interval_s
         while True:
+            live = ""
             with self._lock:
                 while True:
                     if self._dropped + len(self._local) > self._unwritten:
@@ -413,6 +537,10 @@ class Publisher:
                         if due <= 0:
                             break
                         timeout: float | None = due
+                        if self._live is not None and not self.superseded:
+                            live, timeout = self._live_due_locked(due)
+                            if live:
+                                break
                     elif self._closed:
                         return
                     else:
@@ -423,8 +551,69 @@ class Publisher:
                     finally:
                         self._writer_waits = False
                 closed = self._closed
-            if not self.flush() and closed:
+            if live == "send":
+                self._send_live()
+            elif live == "ask":
+                self._ask_watched()
+            elif not self.flush() and closed:
                 return  # the store is away: close() tries once more
+
+    def _live_due_locked(self, due: float) -> tuple[str, float]:
+        """What the live tail wants while events wait for a write due in ``due`` s:
+        ``"send"`` them, ``"ask"`` whether a reader watches, or ``""`` and how long to wait
+        (a watched turn's writer looks for new events every ``live_interval_s``)."""
+        now_ = time.monotonic()
+        if now_ - self._known_at >= _WATCH_CHECK_S:
+            return "ask", 0.0
+        timeout = min(due, self._known_at + _WATCH_CHECK_S - now_)
+        if not self._watched:
+            return "", timeout
+        wait = self._last_live + self._log.live_interval_s - now_
+        if wait > 0:
+            return "", min(timeout, wait)
+        if self._dropped + len(self._local) > max(self._live_sent, self._unwritten):
+            return "send", 0.0
+        return "", min(timeout, self._log.live_interval_s)
+
+    def _ask_watched(self) -> None:
+        """Ask the store whether a reader watches the turn (see :meth:`_live_due_locked`)."""
+        assert self._live is not None
+        try:
+            watched = self._live.watched(self.turn_id, ask=True)
+        except Exception:
+            _log.debug("could not ask whether turn %s is watched", self.turn_id,
+                       exc_info=True)
+            watched = False
+        with self._lock:
+            self._watched = watched
+            self._known_at = time.monotonic()
+
+    def _send_live(self) -> None:
+        """Send the events that wait for their write, and were not sent yet, to the
+        turn's readers in other processes (the live tail; the writer thread's)."""
+        assert self._live is not None
+        with self._write_lock:  # (not while a write of them is made)
+            with self._lock:
+                start = max(self._live_sent, self._unwritten)
+                events = self._local[start - self._dropped:]
+                self._live_sent = start + len(events)
+                self._last_live = time.monotonic()
+                if self.superseded:
+                    return
+            for i, event in enumerate(events):  # what waits (the rest is written at once)
+                if type(event) not in _LAZY:
+                    events = events[:i]
+                    break
+            rows: list[tuple[int, str]] = []
+            for i in range(0, len(events), _LIVE_CHUNK):
+                rows.extend(encode_rows(events[i:i + _LIVE_CHUNK]))
+            if not rows:
+                return
+            try:
+                self._live.send(self.turn_id, rows, owner=self.owner)
+            except Exception:  # its readers have them from the log within one interval
+                _log.debug("could not send events of turn %s live", self.turn_id,
+                           exc_info=True)
 
     def flush(self) -> bool:
         """Write what waits, now, in the calling thread; False when the write failed."""
@@ -459,6 +648,9 @@ class Publisher:
                 return False
             with self._lock:
                 self._last_write = time.monotonic()
+                if self._live is not None:  # the write found whether a reader watches
+                    self._watched = self._live.watched(self.turn_id)
+                    self._known_at = self._last_write
                 if ok is not False:
                     self._stored = start + len(events)
                     if self._store_wanted:

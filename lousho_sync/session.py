@@ -17,7 +17,13 @@ from typing import Any, Literal
 from . import _idempotency as idem
 from . import _session_ops as ops
 from ._detached import AttachedRun, StartedRun, take_over
-from ._eventlog import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, EventLog, committed_turn
+from ._eventlog import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_LIVE_INTERVAL_S,
+    DEFAULT_TTL_S,
+    EventLog,
+    committed_turn,
+)
 from ._mailbox import post_abort
 from ._session_parts import AgentBase, SessionParts
 from ._session_state import Ticket, Turn, state_for
@@ -111,6 +117,9 @@ class Session:
         """How long a detached turn's events are kept after its end (seconds)."""
         self.event_interval_s: float = DEFAULT_INTERVAL_S
         """At most one event-log write of text deltas per this many seconds of a turn."""
+        self.event_live_interval_s: float = DEFAULT_LIVE_INTERVAL_S
+        """On Redis and PostgreSQL, while a reader in another process watches the turn: at
+        most one live send per this many seconds of the events that wait for their write."""
         self._opener = opener
         self.idempotency_ttl_s = idempotency_ttl_s
         """How long a used ``idempotency_key`` starts no second turn (seconds)."""
@@ -298,7 +307,8 @@ class Session:
         found = committed_turn(messages, head.turn_id)
         if found is not None or log.seals_commit(head.turn_id):
             return found
-        first = next(iter(log.follow(head.turn_id, -1, idle=lambda h: True)), None)
+        first = next(iter(log.follow(head.turn_id, -1, idle=lambda h: True, live=False)),
+                     None)
         if not isinstance(first, RunStart) or not first.input:
             return None
         n = len(first.input)
@@ -386,6 +396,7 @@ class Session:
 
     def _event_log(self) -> EventLog:
         return EventLog(event_ops_of(self._p.sessions), interval_s=self.event_interval_s,
+                        live_interval_s=self.event_live_interval_s,
                         ttl_s=self.event_ttl_s)
 
     def resume(self, *, signal: Signal | None = None) -> ExecutionResult | None:

@@ -646,7 +646,7 @@ class SessionTurn:
         own_id, last = control.run_id, -1
         joined = False
         try:
-            for event in log.follow(turn_id, -1, idle=idle):
+            for event in log.follow(turn_id, -1, idle=idle, live=False):
                 if not joined:
                     joined = mailbox.joined_by(event, mail_id)
                     if not joined:

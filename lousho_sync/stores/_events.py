@@ -30,10 +30,13 @@ __all__ = [
     "PACK_ROWS",
     "EventOps",
     "HasEventLog",
+    "LiveOps",
+    "LiveTail",
     "MemoryEventOps",
     "TurnHead",
     "TurnStatus",
     "event_ops_of",
+    "live_of",
     "pack_rows",
     "prune_events",
     "unpack_rows",
@@ -144,6 +147,70 @@ class EventOps(Protocol):
     def ended_before(self, when: float) -> list[str]:
         """The ids of the turns whose ``ended_at`` is before ``when``."""
         ...
+
+
+WATCH_TTL_S = 5.0
+"""How long a reader's mark that it watches a turn lasts (seconds): the writer sends the
+turn's unwritten events live only while one is there (see :class:`LiveOps`)."""
+
+WATCH_REFRESH_S = 2.0
+"""How often a reader renews its mark (seconds)."""
+
+LIVE_LOG = None
+"""What :meth:`LiveTail.get` gives for "the log may have new rows" (a write, a reconnect)."""
+
+
+class LiveTail(Protocol):
+    """One reader's subscription to a turn's live rows (:meth:`LiveOps.tail`)."""
+
+    def get(self, after: int, timeout: float) -> list[tuple[int, str] | None]:
+        """What came since the last call, waiting up to ``timeout`` seconds for something:
+        rows ``(seq, row)`` sent live, in the order sent, and None for "the log may have
+        new rows" (rows past ``after``: the tail may poll the log with it). Renews the
+        reader's mark when due."""
+        ...
+
+    def close(self) -> None:
+        """Unsubscribe (idempotent)."""
+        ...
+
+
+class LiveOps(Protocol):
+    """An event log's live tail, the optional capability ``EventOps.live`` (Redis,
+    PostgreSQL): a turn's events the log does not have yet (text deltas waiting for their
+    coalesced write) are sent to readers in other processes on a channel (Redis
+    ``PUBLISH``, PostgreSQL ``NOTIFY``) while a reader watches the turn, so they get them
+    within milliseconds; the log stays the record (replay, catch-up, ``run.done``). A
+    reader marks the turn watched (:data:`WATCH_TTL_S`, renewed); the writer learns it from
+    its log writes (:meth:`watched`), so a turn nobody watches from elsewhere costs nothing
+    more. A send is fenced like a write (only by the head's owner), and the highest seq sent
+    is kept (:meth:`sent`): a takeover goes on after it."""
+
+    def watched(self, turn_id: str, *, ask: bool = False) -> bool:
+        """Whether a reader watches the turn: as the turn's last write (``append``) here
+        found it, no round trip; ``ask``: asked now (one round trip)."""
+        ...
+
+    def send(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str) -> None:
+        """Send ``rows`` (a write's rows, seqs growing) to the turn's readers, only while
+        ``owner`` is the head's owner; a row too large for the channel is not sent (nor
+        those after it: the readers get them from the log)."""
+        ...
+
+    def sent(self, turn_id: str) -> int:
+        """The highest seq sent live for the turn (-1: none)."""
+        ...
+
+    def tail(self, turn_id: str) -> LiveTail:
+        """Subscribe to the turn's live rows and mark it watched; returns once subscribed
+        (what is sent from then on is received)."""
+        ...
+
+
+def live_of(ops: object) -> LiveOps | None:
+    """The live tail of an event log's primitives (``ops.live``), or None."""
+    live: LiveOps | None = getattr(ops, "live", None)
+    return live
 
 
 @runtime_checkable

@@ -3,7 +3,8 @@
 use; never WAL-logged, so never fsynced); every write ends with ``NOTIFY`` on the schema's
 channel, which the store's one listening connection (:mod:`._postgres_listen`) turns into
 wake-ups of its readers. A write of several events is one row per 1,000
-(:func:`~._events.pack_rows`)."""
+(:func:`~._events.pack_rows`). A write also says whether a reader watches the turn
+(``lousho_turn_live``, the live tail: :mod:`._postgres_live`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 from ._events import TurnHead, TurnStatus, pack_rows, unpack_rows
 from ._postgres_db import Conn, Db
 from ._postgres_listen import listener
+from ._postgres_live import WATCHED, PostgresLive
 
 __all__ = ["PostgresEventOps"]
 
@@ -29,6 +31,8 @@ _TABLES = (
     "KEY, turn_id TEXT NOT NULL)",
     "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_events (turn_id TEXT NOT NULL, "
     "seq BIGINT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (turn_id, seq))",
+    "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.lousho_turn_live (turn_id TEXT PRIMARY KEY, "
+    "watched_until DOUBLE PRECISION NOT NULL, live_seq BIGINT NOT NULL DEFAULT -1)",
 )
 # A turn's head made (or replaced, on takeover: its rows stay) and its session's latest
 # turn set, in one statement; then NOTIFY.
@@ -47,7 +51,7 @@ _BEGIN = (
 # begin sees its new owner); the rows go in (one INSERT from two array literals) when it
 # matched, or when the turn has no head (as the other stores); a row whose seq the log
 # holds already is left out (the retry of a write that was made; rows come in seq order).
-# Returns whether it was written; NOTIFY.
+# Returns whether it was written, and whether a reader watches the turn; NOTIFY.
 _APPEND = (
     "WITH head AS (UPDATE {s}.lousho_turns SET last_seq = coalesce(%(last)s, last_seq), "
     "status = %(st)s, ended_at = %(end)s, nrows = nrows + %(n)s "
@@ -58,7 +62,7 @@ _APPEND = (
     "unnest(%(seqs)s::bigint[], %(rows)s::text[]) AS r(seq, data) WHERE (SELECT ok FROM ok) "
     "AND r.seq > (SELECT coalesce(max(seq), -1) FROM {s}.lousho_events WHERE turn_id = "
     "%(t)s)) "
-    "SELECT ok, pg_notify(%(ch)s, '') FROM ok"
+    "SELECT ok, pg_notify(%(ch)s, ''), " + WATCHED + " FROM ok"
 )
 
 # A turn's log removed in one statement (none of the log's writes is a transaction a
@@ -66,7 +70,8 @@ _APPEND = (
 _DROP = (
     "WITH e AS (DELETE FROM {s}.lousho_events WHERE turn_id = %(t)s), "
     "h AS (DELETE FROM {s}.lousho_turns WHERE turn_id = %(t)s), "
-    "l AS (DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %(t)s) "
+    "l AS (DELETE FROM {s}.lousho_turn_latest WHERE turn_id = %(t)s), "
+    "w AS (DELETE FROM {s}.lousho_turn_live WHERE turn_id = %(t)s) "
     "SELECT pg_notify(%(ch)s, '')"
 )
 
@@ -92,6 +97,8 @@ class PostgresEventOps:
         self._cond = threading.Condition()
         self._gen = 0
         self._unlisten: Callable[[], None] | None = None
+        self.live = PostgresLive(db, self._run, self._channel)
+        """The live tail (:class:`~._events.LiveOps`)."""
 
     def _run(self, what: str, fn: Callable[[Conn], _T], write: bool = False,
              one_statement: bool = False) -> _T:
@@ -120,10 +127,10 @@ class PostgresEventOps:
 
     def _tables_exist(self, c: Conn) -> bool:
         """Whether the log's tables are there (one query; their creation takes a lock)."""
-        names = [f'"{self._db.schema}".{t}'
-                 for t in ("lousho_turns", "lousho_turn_latest", "lousho_events")]
-        row: Any = c.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT "
-                             "NULL AND to_regclass(%s) IS NOT NULL", names).fetchone()
+        names = [f'"{self._db.schema}".{t}' for t in
+                 ("lousho_turns", "lousho_turn_latest", "lousho_events", "lousho_turn_live")]
+        row: Any = c.execute("SELECT " + " AND ".join(["to_regclass(%s) IS NOT NULL"]
+                                                       * len(names)), names).fetchone()
         return bool(row[0])
 
     def _bump(self) -> None:
@@ -152,6 +159,8 @@ class PostgresEventOps:
                 "last": rows[-1][0] if rows else None,
                 "seqs": "{" + ",".join([str(seq) for seq, _ in packed]) + "}",
                 "rows": _array([text for _, text in packed]), "ch": self._channel}).fetchone()
+            if row[0]:
+                self.live.found(turn_id, bool(row[2]), ended_at is not None)
             return bool(row[0])
 
         return self._run("write events", fn, write=True, one_statement=True)

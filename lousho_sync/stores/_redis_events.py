@@ -5,7 +5,8 @@ named by their seq (a write of 1,000 text deltas is one entry, not 1,000); its h
 (``<prefix>turn-head:<turn>``), a session's latest turn a string
 (``<prefix>turn-latest:<session>``) and the ended turns a sorted set by end time
 (``<prefix>turns-ended``). Readers wake with ``XREAD BLOCK``. A begin and a write are a
-script each (one round trip)."""
+script each (one round trip); a write also says whether a reader watches the turn, and
+then announces itself on the turn's live channel (:mod:`._redis_live`)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,21 @@ from typing import Any
 
 from ._events import TurnHead, TurnStatus
 from ._redis_conn import Conn, as_str
+from ._redis_live import RedisLive
 
 __all__ = ["RedisEventOps"]
 
 BLOCK_MS_MAX = 1000
 
-# KEYS: head, rows (the Stream), ended turns. ARGV: owner, status, ended_at ('' while
-# running), turn id, the rows as one flat JSON array [seq, row, seq, row, ...]. One atomic
+# KEYS: head, rows (the Stream), ended turns, readers' mark. ARGV: owner, status, ended_at
+# ('' while running), turn id, the rows as one flat JSON array [seq, row, seq, row, ...],
+# the turn's live channel. One atomic
 # step, one round trip: 0, nothing written, when another owner re-opened the turn (a
 # takeover's begin); else 1: the rows are added, up to 1,000 to a Stream entry (see the
 # module), the rows whose seq the Stream holds already left out (the retry of a write that
 # was made; rows come in seq order), and the head's owner, status, ended_at, last_seq and
-# rows are set (a head that is gone is not made again).
+# rows are set (a head that is gone is not made again); 2 instead of 1 when a reader
+# watches the turn (then ``w`` is published on its live channel: the log has new rows).
 _APPEND = """
 local held = redis.call('HGET', KEYS[1], 'owner')
 if held and held ~= ARGV[1] then return 0 end
@@ -52,17 +56,24 @@ if held then
   redis.call('HINCRBY', KEYS[1], 'rows', (n - first + 1) / 2)
 end
 if ARGV[3] ~= '' then redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('PUBLISH', ARGV[6], 'w')
+  return 2
+end
 return 1
 """
 
 
 # KEYS: head, the session's latest turn, ended turns. ARGV: session id, owner, started_at,
-# last_seq, status, rows, turn id. The head made again (an old one's fields gone), the
-# session's latest turn set, the turn not ended: one atomic step, one round trip.
+# last_seq, status, rows, turn id. The head made again (an old one's fields gone but the
+# highest seq sent live), the session's latest turn set, the turn not ended: one atomic
+# step, one round trip.
 _BEGIN = """
+local live = redis.call('HGET', KEYS[1], 'live_seq')
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'session_id', ARGV[1], 'owner', ARGV[2], 'started_at', ARGV[3],
            'last_seq', ARGV[4], 'status', ARGV[5], 'ended_at', '', 'rows', ARGV[6])
+if live then redis.call('HSET', KEYS[1], 'live_seq', live) end
 redis.call('SET', KEYS[2], ARGV[7])
 redis.call('ZREM', KEYS[3], ARGV[7])
 return 1
@@ -84,6 +95,8 @@ class RedisEventOps:
         self._c = conn
         self._append = conn.client.register_script(_APPEND)
         self._begin = conn.client.register_script(_BEGIN)
+        self.live = RedisLive(conn)
+        """The live tail (:class:`~._events.LiveOps`)."""
 
     def _rows_key(self, turn_id: str) -> str:
         return self._c.key("events:", turn_id)
@@ -101,12 +114,17 @@ class RedisEventOps:
 
     def append(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str,
                status: TurnStatus, ended_at: float | None) -> bool:
-        keys = [self._head_key(turn_id), self._rows_key(turn_id), self._c.key("turns-ended")]
+        live = self.live
+        keys = [self._head_key(turn_id), self._rows_key(turn_id), self._c.key("turns-ended"),
+                live.watch_key(turn_id)]
         args = [owner, status, "" if ended_at is None else repr(ended_at), turn_id,
                 json.dumps([x for row in rows for x in row], ensure_ascii=False,
-                           separators=(",", ":"))]
-        return bool(self._c.run("write events",
-                                lambda r: self._append(keys=keys, args=args, client=r)))
+                           separators=(",", ":")), live.channel(turn_id)]
+        out = int(self._c.run("write events",
+                              lambda r: self._append(keys=keys, args=args, client=r)))
+        if out:
+            live.found(turn_id, out == 2, ended_at is not None)
+        return bool(out)
 
     def head(self, turn_id: str) -> TurnHead | None:
         d = self._c.run("read a turn's event log",

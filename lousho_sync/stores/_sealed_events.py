@@ -1,13 +1,14 @@
 """EncryptedStore's event log: the inner store's primitives with each row's JSON sealed like
-a message (bound to its turn and seq, so a row moved elsewhere does not decrypt)."""
+a message (bound to its turn and seq, so a row moved elsewhere does not decrypt); the rows
+its live tail sends are sealed the same way (never plaintext on the channel)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ._events import EventOps, TurnHead, TurnStatus
+from ._events import LIVE_LOG, EventOps, LiveOps, LiveTail, TurnHead, TurnStatus, live_of
 
-__all__ = ["SealedEventOps"]
+__all__ = ["SealedEventOps", "SealedLive"]
 
 Seal = Callable[[str, bytes], str]
 Open = Callable[[str, bytes, str], str]
@@ -25,6 +26,10 @@ class SealedEventOps:
         self._inner = inner
         self._seal = seal
         self._open = open
+        inner_live = live_of(inner)
+        self.live: SealedLive | None = (
+            None if inner_live is None else SealedLive(inner_live, seal, open))
+        """The inner store's live tail, sealed (None when it has none)."""
 
     def begin(self, head: TurnHead) -> None:
         self._inner.begin(head)
@@ -57,3 +62,51 @@ class SealedEventOps:
 
     def ended_before(self, when: float) -> list[str]:
         return self._inner.ended_before(when)
+
+
+class SealedLive:
+    """``inner``'s live tail with the rows sealed as the log's are."""
+
+    def __init__(self, inner: LiveOps, seal: Seal, open: Open) -> None:
+        self._inner = inner
+        self._seal = seal
+        self._open = open
+
+    def watched(self, turn_id: str, *, ask: bool = False) -> bool:
+        return self._inner.watched(turn_id, ask=ask)
+
+    def send(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str) -> None:
+        sealed = [(seq, self._seal(text, _aad(turn_id, seq))) for seq, text in rows]
+        self._inner.send(turn_id, sealed, owner=owner)
+
+    def sent(self, turn_id: str) -> int:
+        return self._inner.sent(turn_id)
+
+    def tail(self, turn_id: str) -> LiveTail:
+        return _SealedTail(self._inner.tail(turn_id), turn_id, self._open)
+
+
+class _SealedTail:
+    """A tail whose rows are opened; a row that does not open is left to the log."""
+
+    def __init__(self, inner: LiveTail, turn_id: str, open: Open) -> None:
+        self._inner = inner
+        self._turn = turn_id
+        self._open = open
+
+    def get(self, after: int, timeout: float) -> list[tuple[int, str] | None]:
+        out: list[tuple[int, str] | None] = []
+        for item in self._inner.get(after, timeout):
+            if item is None:
+                out.append(LIVE_LOG)
+                continue
+            seq, token = item
+            try:
+                out.append((seq, self._open(token, _aad(self._turn, seq),
+                                            f"event {self._turn}:{seq}")))
+            except Exception:
+                out.append(LIVE_LOG)
+        return out
+
+    def close(self) -> None:
+        self._inner.close()
