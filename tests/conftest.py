@@ -393,9 +393,10 @@ def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     the reason, when there is none, and fails under ``CI``) and hands its URL to child
     processes through ``LOUSHO_TEST_REDIS_URL``."""
     value = str(request.param)
-    if value == "redis":
+    base = value.removeprefix("encrypted-")  # (EncryptedStore over that kind)
+    if base == "redis":
         monkeypatch.setenv("LOUSHO_TEST_REDIS_URL", request.getfixturevalue("redis_url"))
-    if value == "postgres":
+    if base == "postgres":
         monkeypatch.setenv("LOUSHO_TEST_POSTGRES_URL", request.getfixturevalue("postgres_url"))
         monkeypatch.setenv("LOUSHO_TEST_POSTGRES_SCHEMA",
                            request.getfixturevalue("postgres_schema"))

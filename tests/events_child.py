@@ -12,7 +12,8 @@ starts a turn streaming TEXT in CHUNKS pieces, prints ``{"turn": ...}`` and then
 it reads, and holds the answer after HOLD_AFTER pieces forever (the parent SIGKILLs it there;
 with ``LOUSHO_TEST_GO_FILE`` it goes on once that file exists, then prints
 ``{"end": ..., "result"|"error": ...}``; ``LOUSHO_TEST_LEASE_TTL_S`` sets its lease's TTL,
-``LOUSHO_TEST_HOST`` the host its lease owner names; with ``LOUSHO_TEST_SAY_STORED`` it
+``LOUSHO_TEST_HOST`` the host its lease owner names, ``LOUSHO_TEST_EVENT_INTERVAL_S`` its
+turn's ``event_interval_s``; with ``LOUSHO_TEST_SAY_STORED`` it
 prints ``{"stored": true}`` once the held answer's events are in the log). With
 ``LOUSHO_TEST_DUMP_DIR`` every child writes the stacks of all its threads to
 ``MODE-PID.txt`` there every 25 s and on SIGUSR1 (a stopped child's at its SIGCONT): where
@@ -171,6 +172,8 @@ def main() -> None:
         ttl = os.environ.get("LOUSHO_TEST_LEASE_TTL_S")
         session = create_agent(provider=provider, store=store).session(
             id=sid, lease_ttl_s=float(ttl) if ttl else None)
+        if os.environ.get("LOUSHO_TEST_EVENT_INTERVAL_S"):
+            session.event_interval_s = float(os.environ["LOUSHO_TEST_EVENT_INTERVAL_S"])
         run = session.start("go")
         _out({"turn": run.turn_id})
         if os.environ.get("LOUSHO_TEST_SAY_STORED"):

@@ -38,7 +38,7 @@ from lousho_sync._event_rows import encode, encode_rows, events_of
 from lousho_sync._eventlog import EventLog
 from lousho_sync.errors import StoreUnavailableError
 from lousho_sync.sqlite import SqliteStore
-from lousho_sync.stores._events import MemoryEventOps, event_ops_of
+from lousho_sync.stores._events import MemoryEventOps, event_ops_of, live_of
 from lousho_sync.stores._sqlite_events import SqliteEventOps
 from lousho_sync.stores.base import StoreCapabilities
 
@@ -937,3 +937,165 @@ def test_a_turn_logged_by_an_older_release_is_still_found_by_its_input(tmp_path:
     events = list(session.attach(old))
     assert [e.type for e in events] == ["run.start", "step.reset", "text.delta", "run.done"]
     assert events[-1].result.text == "answer"  # type: ignore[union-attr]
+
+
+# --- the live tail (Redis, PostgreSQL) ------------------------------------------------------------
+LIVE_KINDS = ["redis", "postgres", "encrypted-redis", "encrypted-postgres"]
+
+
+def _ops_of(store: Any) -> Any:
+    return event_ops_of(store.sessions if hasattr(store, "sessions") else store)
+
+
+class RawChannel:
+    """Every live message of the turns of the store of ``kind`` under ``root``, read on a
+    connection of the test's own (Redis ``PSUBSCRIBE``, PostgreSQL ``LISTEN``) from its
+    creation to a sentinel the test sends last (messages come in the order sent, so the
+    sentinel comes after anything sent before it)."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.base = kind.removeprefix("encrypted-")
+        self.live = live_of(_ops_of(make_store(self.base, root)))
+        assert self.live is not None
+        if self.base == "redis":
+            import redis
+
+            self.raw: Any = redis.Redis.from_url(os.environ["LOUSHO_TEST_REDIS_URL"])
+            self.sub = self.raw.pubsub()
+            self.sub.psubscribe(self.live.channel("*"))  # type: ignore[attr-defined]
+            while (m := self.sub.get_message(timeout=CHILD_TIMEOUT))["type"] != "psubscribe":
+                pass
+        else:
+            import psycopg
+
+            self.channel = self.live.channel  # type: ignore[attr-defined]
+            self.raw = psycopg.connect(os.environ["LOUSHO_TEST_POSTGRES_URL"], autocommit=True)
+            self.raw.execute(f'LISTEN "{self.channel}"')
+
+    def messages(self, turn_id: str) -> list[str]:
+        """The messages on ``turn_id``'s channel (PostgreSQL: its payloads; Redis: what it
+        publishes, rows and the log's ``w``) up to now."""
+        out: list[str] = []
+        if self.base == "redis":
+            mine, end = self.live.channel(turn_id), self.live.channel("end")  # type: ignore
+            self.raw.publish(end, "end")
+            while True:
+                m = self.sub.get_message(timeout=CHILD_TIMEOUT)
+                assert m is not None, "the sentinel never came"
+                if m["type"] != "pmessage":
+                    continue
+                if m["channel"].decode() == end:
+                    break
+                if m["channel"].decode() == mine:
+                    out.append(m["data"].decode())
+            self.sub.close()
+            self.raw.close()
+            return out
+        self.raw.execute("SELECT pg_notify(%s, 'end')", (self.channel,))
+        for note in self.raw.notifies(timeout=CHILD_TIMEOUT):
+            if note.payload == "end":
+                break
+            if note.payload.startswith(turn_id + " "):
+                out.append(note.payload)
+        else:
+            raise AssertionError("the sentinel never came")
+        self.raw.close()
+        return out
+
+
+def _deltas(reader: Child, n: int) -> list[dict[str, Any]]:
+    """The reader's lines up to its ``n``-th text delta."""
+    lines: list[dict[str, Any]] = []
+    while sum(1 for e in lines if e.get("type") == "text.delta") < n:
+        lines.append(reader.line())
+    return lines
+
+
+@pytest.mark.parametrize("kind", LIVE_KINDS, indirect=True)
+def test_a_reader_in_another_process_gets_the_deltas_the_log_has_not_got_yet(
+    kind: str, tmp_path: Path
+) -> None:
+    # the log is written at the turn's end only (interval 60 s): the reader has the first
+    # deltas while the model is held mid-answer, from the live tail, then the rest and
+    # run.done from the log, each event once, in order
+    raw = RawChannel(kind, tmp_path)
+    gate = threading.Event()
+    provider = GatedProvider(ANSWER, 40, 12, gate)
+    store = make_store(kind, tmp_path)
+    session = create_agent(provider=provider, store=store).session(id="s1")
+    session.event_interval_s = 60.0
+    run = session.start("hi")
+    wait(provider.reached, "the turn mid-answer")
+    reader = child("attach", kind, str(tmp_path), "s1", run.turn_id, "-1")
+    assert reader.line() == "READY"
+    first = _deltas(reader, 12)
+    assert _ops_of(store).read(run.turn_id, -1, 100) == []  # the log has none of them yet
+    gate.set()
+    rest = finish(reader)
+    assert run.result(timeout=CHILD_TIMEOUT).text == ANSWER
+    assert rest[-1] == {"end": True, "result": ANSWER}
+    lines = first + rest[:-1]
+    assert [e["seq"] for e in lines] == list(range(len(lines)))  # once each, in order
+    assert lines[-1]["type"] == "run.done"
+    assert text_of(lines) == ANSWER
+    assert [m.text for m in session.load()] == ["hi", ANSWER]
+    # a reader of the log afterwards sees the identical sequence
+    assert [(e.type, e.seq) for e in session.attach(run.turn_id)] == [
+        (e["type"], e["seq"]) for e in lines]
+    sent = [m for m in raw.messages(run.turn_id) if m != "w"]
+    assert sent  # they came live
+    plain = [m for m in sent if '"type":' in m or '"items":' in m]  # an event's JSON
+    assert bool(plain) is not kind.startswith("encrypted-")  # sealed like the log's rows
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"], indirect=True)
+def test_nothing_is_sent_live_for_a_turn_no_reader_watches(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = RawChannel(kind, tmp_path)
+    gate = threading.Event()
+    provider = GatedProvider(ANSWER, 40, 12, gate)
+    store = make_store(kind, tmp_path)
+    live = live_of(_ops_of(store))
+    assert live is not None
+    told_no = threading.Event()
+    asked = live.watched
+
+    def watched(turn_id: str, *, ask: bool = False) -> bool:
+        out = asked(turn_id, ask=ask)
+        if ask and not out:
+            told_no.set()
+        return out
+
+    monkeypatch.setattr(live, "watched", watched)
+    session = create_agent(provider=provider, store=store).session(id="s1")
+    session.event_interval_s = 60.0  # the writer asks whether a reader watches, each second
+    run = session.start("hi")
+    wait(provider.reached, "the turn mid-answer")
+    wait(told_no, "the writer asking whether the turn is watched while its deltas wait")
+    gate.set()
+    assert run.result(timeout=CHILD_TIMEOUT).text == ANSWER
+    assert raw.messages(run.turn_id) == []
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"], indirect=True)
+def test_a_takeover_numbers_its_events_after_those_its_readers_got_live(
+    kind: str, tmp_path: Path
+) -> None:
+    # the driver dies with deltas its reader got live but the log never got: the turn,
+    # taken over by that reader, goes on after them (step.reset first), not over them
+    driver = child("drive", kind, str(tmp_path), "s1", ANSWER, "40", "12",
+                   LOUSHO_TEST_EVENT_INTERVAL_S="60")
+    try:
+        turn = driver.line()["turn"]
+        _deltas(driver, 12)
+        reader = child("attach", kind, str(tmp_path), "s1", turn, "-1",
+                       LOUSHO_TEST_ANSWER=ANSWER, LOUSHO_TEST_CHUNKS="40")
+        assert reader.line() == "READY"
+        first = _deltas(reader, 12)
+        assert _ops_of(make_store(kind, tmp_path)).read(turn, -1, 100) == []
+    finally:
+        driver.kill()
+    lines = first + finish(reader)
+    _taken_over_once(kind, tmp_path, lines)
+    assert text_of(first) == ANSWER[:len(text_of(first))]
