@@ -148,8 +148,7 @@ class StartedRun(_LogReader):
     def _drive(self) -> None:
         publisher = self._publisher
         try:
-            for event in self._inner:
-                publisher.publish(event)
+            self._inner._pump(publisher.publish)
         except BaseException as exc:  # pragma: no cover - the run turns failures into events
             _log.warning("detached turn %s failed outside its run", self._turn_id,
                          exc_info=True)

@@ -463,6 +463,11 @@ class Publisher:
         self._live_sent = 0  # the position of the first event not sent live (nor written)
         self._last_live = 0.0
 
+    @property
+    def published(self) -> int:
+        """How many events were published (a racy read: a count that grows)."""
+        return self._dropped + len(self._local)
+
     def publish(self, event: RunEvent) -> None:
         """Add ``event`` to the log: readers in this process have it at once; it is written
         by the publisher's thread at once (by the caller, to a log in memory), or, a text
@@ -679,13 +684,11 @@ class Publisher:
         with self._lock:
             self._closed = True
             self._readable.notify_all()
-            self._writable.notify_all()
-            writer = self._writer
-        if writer is not None:
-            writer.wait()
-        # what a failed write left, or what came after the thread ended: the turn's end is
-        # handed to local readers (and result()) once stored, so a store that failed a
-        # write gets a few more tries before they are let go without it
+            self._writable.notify_all()  # the thread ends (what waits is written here)
+        # what waits, a failed write left, or came after the thread ended is written here
+        # (not handed to the thread, whose wake-up would be on the turn's path to its end);
+        # the turn's end is handed to local readers (and result()) once stored, so a store
+        # that failed a write gets a few more tries before they are let go without it
         for delay in (*_CLOSE_RETRY_S, None):
             if self.flush() or delay is None:
                 break

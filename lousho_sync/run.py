@@ -163,6 +163,24 @@ class AgentRun:
                 self.leave()
                 self._drain()
 
+    def _pump(self, sink: Callable[[Event], None]) -> None:
+        """Drive the run to its end in this thread, handing each event to ``sink`` (a
+        detached turn's driver: one hold of ``_drive_lock`` for the run, no generator of
+        ours per event). The run counts as iterated."""
+        with self._lock:
+            if self._iterating_thread is not None:
+                raise RunConsumedError(
+                    f"run {self.run_id} was already consumed (iterated, or driven by "
+                    "result()); its events can be read only once"
+                )
+            self._iterating_thread = threading.get_ident()
+        with self._drive_lock:
+            pull = self._pull
+            while (event := pull()) is not None:
+                sink(event)
+        with self._lock:
+            self._iter_closed = True
+
     # --- result -------------------------------------------------------------------------------
     def result(self, timeout: float | None = None) -> ExecutionResult:
         """Wait for the end of the run and return its result (raise its error).
