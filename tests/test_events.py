@@ -963,8 +963,11 @@ class RawChannel:
             self.raw: Any = redis.Redis.from_url(os.environ["LOUSHO_TEST_REDIS_URL"])
             self.sub = self.raw.pubsub()
             self.sub.psubscribe(self.live.channel("*"))  # type: ignore[attr-defined]
-            while (m := self.sub.get_message(timeout=CHILD_TIMEOUT))["type"] != "psubscribe":
-                pass
+            while True:  # subscribed once confirmed
+                m = self.sub.get_message(timeout=CHILD_TIMEOUT)
+                assert m is not None, "the subscription was never confirmed"
+                if m["type"] == "psubscribe":
+                    break
         else:
             import psycopg
 
