@@ -463,11 +463,6 @@ class Publisher:
         self._live_sent = 0  # the position of the first event not sent live (nor written)
         self._last_live = 0.0
 
-    @property
-    def published(self) -> int:
-        """How many events were published (a racy read: a count that grows)."""
-        return self._dropped + len(self._local)
-
     def publish(self, event: RunEvent) -> None:
         """Add ``event`` to the log: readers in this process have it at once; it is written
         by the publisher's thread at once (by the caller, to a log in memory), or, a text
