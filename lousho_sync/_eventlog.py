@@ -598,6 +598,7 @@ class Publisher:
                 events = self._local[start - self._dropped:]
                 self._live_sent = start + len(events)
                 self._last_live = time.monotonic()
+                self._told = False  # the next event wakes this thread (see publish)
                 if self.superseded:
                     return
             for i, event in enumerate(events):  # what waits (the rest is written at once)
