@@ -352,6 +352,7 @@ class EventLog:
         ops = self.ops
         waiting: list[tuple[int, str]] = []  # live rows past a gap, in the order sent
         read_log = True
+        arrived = False  # rows came from the tail since the log was last read
         quiet = time.monotonic()  # since when nothing new came
         while True:
             if read_log:
@@ -369,27 +370,32 @@ class EventLog:
                     if len(rows) < _READ_BATCH:
                         break  # (a later write is announced on the tail)
             kept: list[tuple[int, str]] = []
+            behind = False  # the log has (or will have) what the tail does not give
             for seq, text in waiting:  # in the order sent: what follows on now goes out
                 try:
                     events = events_of(text, turn_id, seq, after)
                 except StoreCorruptError:
-                    continue  # (the log has it)
+                    behind = True  # (the log has it)
+                    continue
                 if not events:
                     continue  # had it
-                if events[0].seq != after + 1:
+                if events[0].seq != after + 1:  # a gap: the log fills it within an interval
                     kept.append((seq, text))
-                    read_log = True  # a gap: the log fills it within one interval
+                    behind = True
                     continue
                 for event in events:
                     if isinstance(event, RunDone):  # (only ever taken from the log)
-                        read_log = True
+                        behind = True
                         break
                     after = event.seq
                     quiet = time.monotonic()
                     yield event
             waiting = kept[-_READ_BATCH:]
-            if read_log:
+            if behind and arrived:  # the log once for what came (then its write's notice)
+                arrived = False
+                read_log = True
                 continue
+            arrived = False
             left = quiet + self.poll_s - time.monotonic()
             if left <= 0:  # quiet for a while: as :meth:`follow` without a tail
                 quiet = time.monotonic()
@@ -411,6 +417,7 @@ class EventLog:
                     read_log = True
                 else:
                     waiting.append(item)
+                    arrived = True
 
 
 _LAZY = frozenset({TextDelta, UsageEvent, StepStart, RunStart})

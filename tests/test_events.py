@@ -38,7 +38,7 @@ from lousho_sync._event_rows import encode, encode_rows, events_of
 from lousho_sync._eventlog import EventLog
 from lousho_sync.errors import StoreUnavailableError
 from lousho_sync.sqlite import SqliteStore
-from lousho_sync.stores._events import MemoryEventOps, event_ops_of, live_of
+from lousho_sync.stores._events import MemoryEventOps, TurnHead, event_ops_of, live_of
 from lousho_sync.stores._sqlite_events import SqliteEventOps
 from lousho_sync.stores.base import StoreCapabilities
 
@@ -722,7 +722,6 @@ def test_lousho_aio_attach_reads_the_store_in_the_pool_while_the_loop_goes_on() 
     import asyncio
 
     import lousho_aio
-    from lousho_sync.stores._events import TurnHead
 
     gate = threading.Event()
     on_loop: list[bool] = []
@@ -1102,3 +1101,72 @@ def test_a_takeover_numbers_its_events_after_those_its_readers_got_live(
     lines = first + finish(reader)
     _taken_over_once(kind, tmp_path, lines)
     assert text_of(first) == ANSWER[:len(text_of(first))]
+
+
+class _ScriptedTail:
+    """A live tail that hands out scripted batches, each after its side effect (a write to
+    the log), and says when it was closed."""
+
+    def __init__(self, script: list[tuple[Any, list[Any]]]) -> None:
+        self.script = script
+        self.closed = False
+
+    def get(self, after: int, timeout: float) -> list[Any]:
+        assert self.script, f"the reader waited for more after seq {after}"
+        effect, batch = self.script.pop(0)
+        if effect is not None:
+            effect()
+        return batch
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_reader_merges_the_live_tail_with_the_log_once_each_in_order() -> None:
+    from lousho_sync import RunDone, RunStart, StepStart
+
+    turn = "t1"
+    events: list[Any] = [RunStart(run_id=turn, seq=0, session_id="s1", input=()),
+                         StepStart(run_id=turn, seq=1, step=1),
+                         *(TextDelta(run_id=turn, seq=i, text=f"<{i}>") for i in range(2, 10)),
+                         RunDone(run_id=turn, seq=10, finish_reason="stop", result=None)]
+
+    def rows(lo: int, hi: int) -> list[tuple[int, str]]:
+        return encode_rows(events[lo:hi + 1])
+
+    ops = MemoryEventOps()
+    ops.begin(TurnHead(turn_id=turn, session_id="s1", owner="o", started_at=0.0))
+
+    def write(lo: int, hi: int) -> Any:
+        return lambda: ops.append(turn, rows(lo, hi), owner="o", status="running",
+                                  ended_at=None)
+
+    write(0, 1)()
+    tail = _ScriptedTail([
+        (None, [*rows(2, 3)]),  # follows on from the log: at once
+        (None, [*rows(2, 3), *rows(6, 7)]),  # had it; a gap (4, 5 not come): waits
+        (write(2, 5), [None]),  # the log has 4 and 5: then 6, 7 from the tail
+        (None, [*rows(8, 10)]),  # 8, 9 from the tail, run.done only from the log
+        (write(6, 10), [None]),
+    ])
+
+    class Live:
+        def tail(self, turn_id: str) -> _ScriptedTail:
+            return tail
+
+    ops.live = Live()  # type: ignore[attr-defined]
+    log = EventLog(ops, poll_s=CHILD_TIMEOUT)
+    got = []
+    for event in log.follow(turn, -1):
+        if event.type == "run.done":
+            assert ops.read(turn, 9, 10)  # taken from the log
+        got.append(event)
+    assert [(e.type, e.seq) for e in got] == [(e.type, e.seq) for e in events]
+    assert [e.text for e in got if e.type == "text.delta"] == [f"<{i}>" for i in range(2, 10)]
+    assert tail.script == [] and tail.closed
+    # a reader that leaves its loop unsubscribes
+    tail = _ScriptedTail([(None, [])])
+    reading = log.follow(turn, 3)
+    assert next(reading).seq == 4
+    reading.close()
+    assert tail.closed
