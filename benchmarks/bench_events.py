@@ -6,7 +6,8 @@
   whose model stamps each text delta with the wall clock, read by ``attach()`` in a child
   process (memory: a reader thread of the same process, the only kind of reader it has);
   once with each event written at once (``event_interval_s=0``) and once with the default
-  coalescing (50 ms);
+  coalescing (50 ms), where Redis and PostgreSQL readers, which watch the turn, get the
+  deltas that wait for their write from the live tail (``event_live_interval_s``);
 * **store writes** of a streamed 1,000-delta turn on SQLite (model at full speed, and paced
   1 ms a delta), default coalescing;
 * **framework time** of a ``start()``-ed turn read to its end against ``stream()`` of the

@@ -27,8 +27,10 @@ _T = TypeVar("_T")
 MAX_PAYLOAD = 7900
 """The largest payload sent (bytes; PostgreSQL refuses 8,000 and more)."""
 
-_LISTEN_S = 2.0
-"""How long a reader waits for the listening connection to listen on its channels."""
+_LISTEN_S = 5.0
+"""How long a reader waits for the listening connection to listen on its channels (it
+marks the turn watched only then, so nothing is sent live that it could miss; past it, it
+goes on, and what it misses it reads from the log)."""
 
 WATCHED = ("EXISTS (SELECT 1 FROM {s}.lousho_turn_live WHERE turn_id = %(t)s AND "
            "watched_until > extract(epoch FROM clock_timestamp()))")
