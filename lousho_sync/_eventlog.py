@@ -341,7 +341,6 @@ class EventLog:
                 if head is not None and head.ended_at is None and idle(head):
                     return
 
-
     def _follow_live(self, turn_id: str, after: int,
                      idle: Callable[[TurnHead], bool] | None,
                      tail: LiveTail) -> Iterator[Event]:
