@@ -1170,3 +1170,33 @@ def test_a_reader_merges_the_live_tail_with_the_log_once_each_in_order() -> None
     assert next(reading).seq == 4
     reading.close()
     assert tail.closed
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"], indirect=True)
+def test_a_live_send_is_fenced_by_the_owner_and_a_takeover_keeps_its_last_seq(
+    kind: str, tmp_path: Path
+) -> None:
+    raw = RawChannel(kind, tmp_path)
+    ops = _ops_of(make_store(kind, tmp_path))
+    live = live_of(ops)
+    assert live is not None
+    turn = "live-fence-1"
+
+    def row(seq: int, text: str = "x") -> list[tuple[int, str]]:
+        return [(seq, encode(TextDelta(run_id=turn, seq=seq, text=text)))]
+
+    head = TurnHead(turn_id=turn, session_id="s1", owner="a", started_at=0.0)
+    ops.begin(head)
+    live.mark(turn)  # type: ignore[attr-defined]  # (what a reader's tail does)
+    live.send(turn, row(0), owner="a")
+    live.send(turn, row(1), owner="b")  # not the owner: nothing
+    ops.begin(attrs.evolve(head, owner="b"))  # a takeover
+    assert live.sent(turn) == 0  # what readers may have seen, though the log has none
+    live.send(turn, row(2), owner="a")  # the old owner: nothing
+    live.send(turn, row(3), owner="b")
+    # too large for a NOTIFY (PostgreSQL): neither it nor what follows it is sent
+    live.send(turn, [*row(4, "y" * 9000), *row(5)], owner="b")
+    sent = [m.removeprefix(turn + " ") for m in raw.messages(turn) if m != "w"]
+    seqs = [int(m.split(" ", 1)[0]) for m in sent]
+    assert seqs == ([0, 3, 4, 5] if kind == "redis" else [0, 3])
+    assert live.sent(turn) == max(seqs)
