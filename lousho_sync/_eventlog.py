@@ -48,7 +48,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -310,21 +310,12 @@ class EventLog:
             return
         ops = self.ops
         while True:
-            rows = ops.read(turn_id, after, _READ_BATCH)
-            for seq, text in rows:
-                for event in events_of(text, turn_id, seq, after):
-                    after = event.seq
-                    yield event
-                    if isinstance(event, RunDone):
-                        return
+            after, rows, done = yield from self._take(turn_id, after)
+            if done:
+                return
             if rows:
                 continue
-            head = ops.head(turn_id)
-            if head is None:  # dropped under the reader (prune, or expiry)
-                raise TurnNotFoundError(
-                    f"turn {turn_id!r} was removed from the event log while it was read",
-                    turn_id=turn_id)
-            if head.ended_at is not None and head.last_seq <= after:
+            if self._head_of_reader(turn_id, after) is None:
                 return  # ended, and this reader has everything (a log without run.done)
             deadline = time.monotonic() + self.poll_s
             while True:
@@ -340,6 +331,31 @@ class EventLog:
                 head = ops.head(turn_id)
                 if head is not None and head.ended_at is None and idle(head):
                     return
+
+    def _take(self, turn_id: str, after: int) -> Generator[Event, None, tuple[int, int, bool]]:
+        """One read of the turn's log: yields its events after ``after`` (up to its
+        ``run.done``); returns the last seq yielded (else ``after``), how many rows were
+        read (``_READ_BATCH`` at most) and whether ``run.done`` came."""
+        rows = self.ops.read(turn_id, after, _READ_BATCH)
+        for seq, text in rows:
+            # (after the last event taken: a retried write may hold some of them again)
+            for event in events_of(text, turn_id, seq, after):
+                after = event.seq
+                yield event
+                if isinstance(event, RunDone):
+                    return after, len(rows), True
+        return after, len(rows), False
+
+    def _head_of_reader(self, turn_id: str, after: int) -> TurnHead | None:
+        """The head of a turn read up to ``after``: None when the turn ended and the reader
+        has all of it; TurnNotFoundError when it was removed under the reader (prune,
+        expiry)."""
+        head = self.ops.head(turn_id)
+        if head is None:
+            raise TurnNotFoundError(
+                f"turn {turn_id!r} was removed from the event log while it was read",
+                turn_id=turn_id)
+        return None if head.ended_at is not None and head.last_seq <= after else head
 
     def _follow_live(self, turn_id: str, after: int,
                      idle: Callable[[TurnHead], bool] | None,
@@ -357,16 +373,12 @@ class EventLog:
             if read_log:
                 read_log = False
                 while True:
-                    rows = ops.read(turn_id, after, _READ_BATCH)
-                    for seq, text in rows:
-                        for event in events_of(text, turn_id, seq, after):
-                            after = event.seq
-                            yield event
-                            if isinstance(event, RunDone):
-                                return
+                    after, rows, done = yield from self._take(turn_id, after)
+                    if done:
+                        return
                     if rows:
                         quiet = time.monotonic()
-                    if len(rows) < _READ_BATCH:
+                    if rows < _READ_BATCH:
                         break  # (a later write is announced on the tail)
             kept: list[tuple[int, str]] = []
             behind = False  # the log has (or will have) what the tail does not give
@@ -401,12 +413,8 @@ class EventLog:
                 if ops.read(turn_id, after, 1):
                     read_log = True
                     continue
-                head = ops.head(turn_id)
-                if head is None:  # dropped under the reader (prune, or expiry)
-                    raise TurnNotFoundError(
-                        f"turn {turn_id!r} was removed from the event log while it was read",
-                        turn_id=turn_id)
-                if head.ended_at is not None and head.last_seq <= after:
+                head = self._head_of_reader(turn_id, after)
+                if head is None:
                     return  # ended, and this reader has everything (a log without run.done)
                 if idle is not None and head.ended_at is None and idle(head):
                     return

@@ -137,6 +137,11 @@ class AgentRun:
 
     # --- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Event]:
+        self._claim()
+        return self._events()
+
+    def _claim(self) -> None:
+        """Take the run's events for this thread (RunConsumedError when taken already)."""
         with self._lock:
             if self._iterating_thread is not None:
                 raise RunConsumedError(
@@ -144,7 +149,6 @@ class AgentRun:
                     "result()); its events can be read only once"
                 )
             self._iterating_thread = threading.get_ident()
-        return self._events()
 
     def _events(self) -> Generator[Event, None, None]:
         complete = False
@@ -167,13 +171,7 @@ class AgentRun:
         """Drive the run to its end in this thread, handing each event to ``sink`` (a
         detached turn's driver: one hold of ``_drive_lock`` for the run, no generator of
         ours per event). The run counts as iterated."""
-        with self._lock:
-            if self._iterating_thread is not None:
-                raise RunConsumedError(
-                    f"run {self.run_id} was already consumed (iterated, or driven by "
-                    "result()); its events can be read only once"
-                )
-            self._iterating_thread = threading.get_ident()
+        self._claim()
         with self._drive_lock:
             pull = self._pull
             while (event := pull()) is not None:

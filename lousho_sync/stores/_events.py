@@ -16,10 +16,11 @@ store that keeps no log of its own gets one per store object (:func:`event_ops_o
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -41,6 +42,8 @@ __all__ = [
     "prune_events",
     "unpack_rows",
 ]
+
+_log = logging.getLogger("lousho_sync.stores")
 
 EVENT_TTL_S = 600.0
 """How long a finished turn's events are kept (``Session.event_ttl_s``'s default; what a
@@ -205,6 +208,63 @@ class LiveOps(Protocol):
         """Subscribe to the turn's live rows and mark it watched; returns once subscribed
         (what is sent from then on is received)."""
         ...
+
+
+class WatchCache:
+    """What a live tail knows, per turn, of whether a reader watches it: as the turn's last
+    write here found it (:meth:`found`, told by the store's ``append``), or asked now
+    (:meth:`watched` with ``ask``: the store's :meth:`_ask`)."""
+
+    def __init__(self) -> None:
+        self._watched: dict[str, bool] = {}
+
+    def found(self, turn_id: str, watched: bool, ended: bool) -> None:
+        """What a write of the turn found; forgotten at its end."""
+        if ended:
+            self._watched.pop(turn_id, None)
+        else:
+            self._watched[turn_id] = watched
+
+    def watched(self, turn_id: str, *, ask: bool = False) -> bool:
+        """See :meth:`LiveOps.watched`."""
+        if not ask:
+            return self._watched.get(turn_id, False)
+        found = self._ask(turn_id)
+        self._watched[turn_id] = found
+        return found
+
+    def _ask(self, turn_id: str) -> bool:
+        """Whether a reader watches the turn, asked of the store (one round trip)."""
+        raise NotImplementedError
+
+
+class WatchMark:
+    """A reader's mark on its turn that it watches (``mark(turn_id)`` sets it for
+    :data:`WATCH_TTL_S`), renewed every :data:`WATCH_REFRESH_S` while it reads."""
+
+    def __init__(self, mark: Callable[[str], None], turn_id: str) -> None:
+        self._mark = mark
+        self._turn = turn_id
+        self._marked = 0.0
+
+    def renew(self) -> bool:
+        """Renew the mark when due; True when it had lapsed, or could not be renewed (log
+        writes may have gone unannounced meanwhile: read the log)."""
+        now = time.monotonic()
+        if now < self._marked + WATCH_REFRESH_S:
+            return False
+        lapsed = self._marked > 0 and now > self._marked + WATCH_TTL_S
+        self._marked = now
+        try:
+            self._mark(self._turn)
+        except Exception:  # tried again at the next renewal; the log is read meanwhile
+            _log.debug("could not mark turn %s watched", self._turn, exc_info=True)
+            return True
+        return lapsed
+
+    def wait_at_most(self, timeout: float) -> float:
+        """``timeout``, cut to the time left until the next renewal."""
+        return max(0.0, min(timeout, self._marked + WATCH_REFRESH_S - time.monotonic()))
 
 
 def live_of(ops: object) -> LiveOps | None:

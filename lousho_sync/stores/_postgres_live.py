@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ._events import LIVE_LOG, WATCH_REFRESH_S, WATCH_TTL_S
+from ._events import LIVE_LOG, WATCH_TTL_S, WatchCache, WatchMark
 from ._postgres_db import Conn, Db
 from ._postgres_listen import listener
 
@@ -53,7 +53,7 @@ _MARK = (
 )
 
 
-class PostgresLive:
+class PostgresLive(WatchCache):
     """:class:`~._events.LiveOps` on a PostgreSQL store's pool; ``run(what, fn)`` runs
     ``fn`` on a pooled connection of the event log (its tables made)."""
 
@@ -63,23 +63,12 @@ class PostgresLive:
         self._run = run
         self.channel = f"lousho_live_{db.schema}"
         self.wake_channel = wake_channel
-        self._watched: dict[str, bool] = {}
+        super().__init__()
 
-    def found(self, turn_id: str, watched: bool, ended: bool) -> None:
-        """What a write of the turn found (:meth:`watched`); forgotten at its end."""
-        if ended:
-            self._watched.pop(turn_id, None)
-        else:
-            self._watched[turn_id] = watched
-
-    def watched(self, turn_id: str, *, ask: bool = False) -> bool:
-        if not ask:
-            return self._watched.get(turn_id, False)
+    def _ask(self, turn_id: str) -> bool:
         row: Any = self._run("look for readers of a turn", lambda c: c.execute(
             self._db.q("SELECT " + WATCHED), {"t": turn_id}).fetchone())
-        found = bool(row[0])
-        self._watched[turn_id] = found
-        return found
+        return bool(row[0])
 
     def send(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str) -> None:
         payloads: list[str] = []
@@ -136,8 +125,8 @@ class PostgresTail:
                 if left <= 0:
                     break
                 self._cond.wait(left)
-        self._marked = 0.0
-        self._renew()
+        self._watch = WatchMark(live.mark, turn_id)
+        self._watch.renew()
 
     def _on_wake(self, payload: str | None) -> None:
         with self._cond:
@@ -164,21 +153,9 @@ class PostgresTail:
             self._items.append(item)
             self._cond.notify_all()
 
-    def _renew(self) -> bool:
-        now = time.monotonic()
-        if now < self._marked + WATCH_REFRESH_S:
-            return False
-        lapsed = self._marked > 0 and now > self._marked + WATCH_TTL_S
-        self._marked = now
-        try:
-            self._live.mark(self._turn)
-        except Exception:  # tried again at the next renewal; the log is read meanwhile
-            return True
-        return lapsed
-
     def get(self, after: int, timeout: float) -> list[tuple[int, str] | None]:
-        lapsed = self._renew()
-        timeout = max(0.0, min(timeout, self._marked + WATCH_REFRESH_S - time.monotonic()))
+        lapsed = self._watch.renew()
+        timeout = self._watch.wait_at_most(timeout)
         listening = (self._notes.listening(self._live.channel)
                      and self._notes.listening(self._live.wake_channel))
         if not listening:

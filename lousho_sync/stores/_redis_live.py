@@ -15,7 +15,7 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from ._events import LIVE_LOG, WATCH_REFRESH_S, WATCH_TTL_S
+from ._events import LIVE_LOG, WATCH_TTL_S, WatchCache, WatchMark
 from ._redis_conn import Conn, as_str, ms
 
 __all__ = ["RedisLive", "RedisTail"]
@@ -35,13 +35,13 @@ return 1
 """
 
 
-class RedisLive:
+class RedisLive(WatchCache):
     """:class:`~._events.LiveOps` on a Redis store's client."""
 
     def __init__(self, conn: Conn) -> None:
         self._c = conn
         self._send = conn.client.register_script(_SEND)
-        self._watched: dict[str, bool] = {}  # what the turn's last write here found
+        super().__init__()
 
     def channel(self, turn_id: str) -> str:
         """The turn's channel."""
@@ -54,20 +54,9 @@ class RedisLive:
     def head_key(self, turn_id: str) -> str:
         return self._c.key("turn-head:", turn_id)
 
-    def found(self, turn_id: str, watched: bool, ended: bool) -> None:
-        """What a write of the turn found (:meth:`watched`); forgotten at its end."""
-        if ended:
-            self._watched.pop(turn_id, None)
-        else:
-            self._watched[turn_id] = watched
-
-    def watched(self, turn_id: str, *, ask: bool = False) -> bool:
-        if not ask:
-            return self._watched.get(turn_id, False)
+    def _ask(self, turn_id: str) -> bool:
         key = self.watch_key(turn_id)
-        found = bool(self._c.run("look for readers of a turn", lambda r: r.exists(key)))
-        self._watched[turn_id] = found
-        return found
+        return bool(self._c.run("look for readers of a turn", lambda r: r.exists(key)))
 
     def send(self, turn_id: str, rows: Sequence[tuple[int, str]], *, owner: str) -> None:
         if not rows:
@@ -121,29 +110,14 @@ class RedisTail:
                 raise
 
         self._pubsub: Any = conn.run("follow a turn live", subscribe)
-        self._marked = 0.0
-        self._renew()
-
-    def _renew(self) -> bool:
-        """Renew the mark when due; True when it had lapsed (writes may have gone
-        unannounced meanwhile)."""
-        now = time.monotonic()
-        if now < self._marked + WATCH_REFRESH_S:
-            return False
-        lapsed = self._marked > 0 and now > self._marked + WATCH_TTL_S
-        self._marked = now
-        try:
-            self._live.mark(self._turn)
-        except Exception:  # tried again at the next renewal; the log is read meanwhile
-            _log.debug("could not mark turn %s watched", self._turn, exc_info=True)
-            return True
-        return lapsed
+        self._watch = WatchMark(live.mark, turn_id)
+        self._watch.renew()
 
     def get(self, after: int, timeout: float) -> list[tuple[int, str] | None]:
         out: list[tuple[int, str] | None] = []
-        if self._renew():
+        if self._watch.renew():
             out.append(LIVE_LOG)
-        timeout = max(0.0, min(timeout, self._marked + WATCH_REFRESH_S - time.monotonic()))
+        timeout = self._watch.wait_at_most(timeout)
         with self._lock:
             pubsub = self._pubsub
         if pubsub is None:  # the pub/sub connection failed: the log's own wait
