@@ -113,8 +113,9 @@ _BATCH = '{"type":"events","first":'
 
 
 def encode_rows(events: Sequence[RunEvent]) -> list[tuple[int, str]]:
-    """The rows ``(seq, JSON)`` of one write of ``events`` (in seq order). Several events
-    with consecutive seqs (a turn's always are) make one row under the last seq,
+    """The rows ``(seq, JSON)`` of one write of ``events`` (their seqs growing, as a turn's
+    always do). Several events with consecutive seqs (a turn's always are) make one row
+    under the last seq,
     ``{"type":"events","first":<seq>,"items":[...]}``, where a text delta is its text and
     any other event its object: a write of 1,000 deltas is one list of strings encoded in
     C, where 1,000 rows of their own cost a millisecond to encode, store and read back."""
@@ -122,7 +123,7 @@ def encode_rows(events: Sequence[RunEvent]) -> list[tuple[int, str]]:
     if n == 1:
         return [(events[0].seq, encode(events[0]))]
     first = events[0].seq if n else 0
-    if n == 0 or [e.seq for e in events] != list(range(first, first + n)):
+    if n == 0 or events[-1].seq - first != n - 1:  # (growing seqs: consecutive)
         return [(e.seq, encode(e)) for e in events]
     items = [e.text if type(e) is TextDelta else _dict_of(e)
              for e in events]
