@@ -509,6 +509,8 @@ class Publisher:
                 self._wanted = False
                 self._readable.notify_all()
             if not self._objects:
+                if type(event) is RunDone:
+                    return  # written at once by close(), which comes next, or by a reader
                 self._urgent = self._urgent or type(event) not in _LAZY
                 self._tell_locked()
                 return
