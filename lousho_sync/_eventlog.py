@@ -696,11 +696,11 @@ class Publisher:
         with self._lock:
             self._closed = True
             self._readable.notify_all()
-            self._writable.notify_all()  # the thread ends (what waits is written here)
         # what waits, a failed write left, or came after the thread ended is written here
-        # (not handed to the thread, whose wake-up would be on the turn's path to its end);
-        # the turn's end is handed to local readers (and result()) once stored, so a store
-        # that failed a write gets a few more tries before they are let go without it
+        # (not handed to the thread, whose wake-up would be on the turn's path to its end;
+        # it is woken to end after this write); the turn's end is handed to local readers
+        # (and result()) once stored, so a store that failed a write gets a few more tries
+        # before they are let go without it
         for delay in (*_CLOSE_RETRY_S, None):
             if self.flush() or delay is None:
                 break
@@ -708,6 +708,7 @@ class Publisher:
         with self._lock:
             self._finished = True
             self._readable.notify_all()
+            self._writable.notify_all()  # the thread ends
 
     def _wait_stored(self, pos: int) -> bool:
         """Wait until the event at ``pos`` is in the store (or the publisher ended without
